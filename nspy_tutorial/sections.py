@@ -1,0 +1,204 @@
+"""The section guard: every notebook section ends OK, SKIPPED or FAILED, honestly.
+
+A section is a ``with`` block::
+
+    with section("2. Profile one kernel") as s:
+        ENV.require("profiler")          # raises Skip: the section is SKIPPED
+        ...                              # any other exception: FAILED
+        s.result = "fp32 2048 matmul 1.23 ms"   # the one-line OK result
+
+* OK      -- the block finished; ``s.result`` is its one-line result (required).
+* SKIPPED -- the block raised :class:`Skip` (an explicit precondition such as
+  "needs a GPU"), with a reason and a remedy.
+* FAILED  -- anything else; the traceback is printed.
+
+Environment variables (read at each section's end, so a notebook need not restart):
+
+* ``NSPY_TUTORIAL_STRICT=1``: a FAILED section re-raises, so nbmake/nbclient fail.
+* ``NSPY_TUTORIAL_RESULTS=<file>``: every section appends one JSON line
+  (notebook, section, status, result, reason, remedy, seconds).
+* ``NSPY_TUTORIAL_REQUIRE=ncu``: a skip because the Nsight Compute backend is missing
+  counts as a failure (for a GPU runner that must have it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import traceback
+from types import TracebackType
+
+from nspy_tutorial.display import banner
+
+OK, SKIPPED, FAILED = "OK", "SKIPPED", "FAILED"
+
+
+class Skip(Exception):
+    """Raised inside a section when a precondition is not met.
+
+    ``needs`` names what is missing (``"gpu"``, ``"ncu"``, ``"cupti"``, ...), so that
+    ``NSPY_TUTORIAL_REQUIRE`` can turn chosen skips into failures.
+    """
+
+    def __init__(self, reason: str, remedy: str, needs: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.remedy = remedy
+        self.needs = needs
+
+
+class ClaimFailed(AssertionError):
+    """A statement the notebook's prose makes no longer holds on the reader's data."""
+
+
+def claim(condition: object, statement: str, evidence: str = "") -> None:
+    """Check a claim the prose makes; raise :class:`ClaimFailed` naming it if false.
+
+    Prints ``check: <statement>`` when it holds, so the reader sees what was verified.
+    """
+    if not condition:
+        detail = f" ({evidence})" if evidence else ""
+        raise ClaimFailed(f"claim no longer holds: {statement}{detail}")
+    print(f"  check: {statement}" + (f" ({evidence})" if evidence else ""))
+
+
+@dataclasses.dataclass
+class SectionRecord:
+    """How one section ended; one JSON line in the results file."""
+
+    notebook: str
+    section: str
+    status: str
+    result: str | None = None
+    reason: str | None = None
+    remedy: str | None = None
+    seconds: float = 0.0
+
+
+# Records of this kernel's sections, in the order they first ran (a re-run replaces).
+_RECORDS: dict[str, SectionRecord] = {}
+_NOTEBOOK = {"name": "notebook"}
+
+
+def set_notebook(name: str) -> None:
+    """Name the notebook whose sections are being recorded (called by ``setup``)."""
+    _NOTEBOOK["name"] = name
+
+
+def records() -> list[SectionRecord]:
+    """The records of the sections run so far in this kernel."""
+    return list(_RECORDS.values())
+
+
+def reset() -> None:
+    """Forget all records (for tests)."""
+    _RECORDS.clear()
+
+
+def _strict() -> bool:
+    return os.environ.get("NSPY_TUTORIAL_STRICT", "") not in ("", "0")
+
+
+def _required() -> set[str]:
+    value = os.environ.get("NSPY_TUTORIAL_REQUIRE", "")
+    return {part.strip() for part in value.split(",") if part.strip()}
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    lines = text.strip().splitlines()
+    return (lines[0] if lines else "")[:limit]
+
+
+class section:
+    """Context manager that runs one notebook section and records how it ended."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.result: str | None = None
+        self.status: str | None = None
+        self._start = 0.0
+
+    def __enter__(self) -> "section":
+        banner(self.name)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        seconds = time.perf_counter() - self._start
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            return False  # KeyboardInterrupt, SystemExit: never swallowed
+        record = SectionRecord(_NOTEBOOK["name"], self.name, OK, seconds=round(seconds, 3))
+        reraise = False
+        if exc is None:
+            if not self.result:
+                record.status = FAILED
+                record.reason = "the section finished without setting its one-line result"
+                record.remedy = "set `s.result = ...` at the end of the section"
+                reraise = _strict()
+            else:
+                record.result = self.result
+        elif isinstance(exc, Skip):
+            record.reason, record.remedy = exc.reason, exc.remedy
+            if exc.needs and exc.needs in _required():
+                record.status = FAILED
+                record.reason = f"required `{exc.needs}` is missing: {exc.reason}"
+                reraise = _strict()
+            else:
+                record.status = SKIPPED
+        else:
+            record.status = FAILED
+            record.reason = f"{type(exc).__name__}: {_first_line(str(exc))}"
+            record.remedy = "see the traceback above"
+            traceback.print_exception(exc_type, exc, tb, limit=6)
+            reraise = _strict()
+        self.status = record.status
+        _RECORDS[self.name] = record
+        _print_outcome(record)
+        _append_to_results_file(record)
+        if reraise and exc is None:
+            raise ClaimFailed(f"{self.name}: {record.reason}")
+        if reraise and isinstance(exc, Skip):
+            raise ClaimFailed(f"{self.name}: {record.reason}") from exc
+        return not reraise
+
+
+def _print_outcome(record: SectionRecord) -> None:
+    if record.status == OK:
+        print(f"\n[OK] {record.result}  ({record.seconds:.1f} s)")
+    elif record.status == SKIPPED:
+        print(f"\n[SKIPPED] {record.reason}\n          what to do: {record.remedy}")
+    else:
+        print(f"\n[FAILED] {record.reason}\n         {record.remedy}")
+
+
+def _append_to_results_file(record: SectionRecord) -> None:
+    path = os.environ.get("NSPY_TUTORIAL_RESULTS")
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(dataclasses.asdict(record)) + "\n")
+
+
+def summary() -> list[SectionRecord]:
+    """Print every section's status and result line; return the records.
+
+    In strict mode a notebook that recorded a FAILED section raises here too, so a
+    failure that was somehow not re-raised still fails the run.
+    """
+    banner(f"SUMMARY  {_NOTEBOOK['name']}")
+    recs = records()
+    for rec in recs:
+        line = rec.result if rec.status == OK else f"{rec.reason} -> {rec.remedy}"
+        print(f"  {rec.status:<8s} {rec.section}\n           {line}")
+    counts = {s: sum(r.status == s for r in recs) for s in (OK, SKIPPED, FAILED)}
+    print(f"\n  {counts[OK]} OK, {counts[SKIPPED]} SKIPPED, {counts[FAILED]} FAILED")
+    if _strict() and counts[FAILED]:
+        raise ClaimFailed(f"{counts[FAILED]} section(s) FAILED in {_NOTEBOOK['name']}")
+    return recs
