@@ -1,0 +1,12 @@
+"""Helpers for the nspy-tutorial notebooks (GPU kernel profiling with nsight-python).
+
+A notebook's first code cell calls :func:`setup`; every section runs inside
+:class:`section`; :func:`summary` closes the notebook. Nothing here imports torch or
+nsight at import time: the import order is the bootstrap's job.
+"""
+
+from nspy_tutorial.bootstrap import Environment, setup
+from nspy_tutorial.display import banner, show
+from nspy_tutorial.sections import Skip, claim, section, summary
+
+__all__ = ["Environment", "Skip", "banner", "claim", "section", "setup", "show", "summary"]

@@ -1,0 +1,298 @@
+"""The one call in every notebook's first code cell: ``ENV = setup("NN_topic")``.
+
+Order matters, so it is all here:
+
+1. Refuse if CUDA is already initialised (then Nsight Compute could not attach).
+2. Look for a GPU through NVML (which does not initialise CUDA).
+3. Find the newest ncu; on Colab, install a new-enough one if needed (install_ncu.sh).
+4. If that ncu cannot carry nsight-python's Nsight Compute backend but the CUPTI
+   backend can run, load the newer libcupti *now*, before torch can load its own.
+5. ``import nsight`` -- Nsight Compute is loaded at import -- and read what happened.
+6. If Nsight Compute did not load, activate the CUPTI backend (durations only).
+7. Only then touch CUDA (torch) to read the device's facts, and print one banner.
+
+Calling ``setup`` again in the same kernel is harmless: it reprints the banner.
+``NSPY_TUTORIAL_BACKEND=cupti`` skips Nsight Compute and goes straight to CUPTI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+
+from nspy_tutorial import backend, sections
+from nspy_tutorial.display import banner
+from nspy_tutorial.gpu_facts import Datasheet, DeviceFacts, datasheet_for, device_facts
+from nspy_tutorial.sections import Skip
+
+COLAB_GPU_HINT = "in Colab: Runtime -> Change runtime type -> T4 GPU, then run the notebook again"
+NCU_REMEDY = (
+    "install Nsight Compute >= 2026.2.1 next to the old one (as root: "
+    "`bash scripts/install_ncu.sh`; on Colab, notebook 01 does it), then restart the kernel"
+)
+
+
+class CudaAlreadyInitialised(RuntimeError):
+    """CUDA started before ``import nsight``; Nsight Compute can no longer attach."""
+
+
+@dataclasses.dataclass
+class Environment:
+    """What the bootstrap found and chose; sections ask it what they may run."""
+
+    notebook: str
+    on_colab: bool
+    gpu_name: str | None
+    gpu_problem: str | None  # why there is no usable GPU
+    driver: str | None
+    ncu_path: str | None
+    ncu_version: tuple[int, ...] | None
+    backend: str | None  # "ncu", "cupti" or None
+    backend_reason: str
+    ncu_problem: str | None  # why nsight-python's Nsight Compute backend is not active
+    cupti_problem: str | None  # why the CUPTI backend is not active (if it is not)
+    facts: DeviceFacts | None = None
+    datasheet: Datasheet | None = None
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu_problem is None
+
+    def require(self, what: str) -> None:
+        """Raise :class:`Skip` unless ``what`` is available.
+
+        ``what`` is one of ``"gpu"``, ``"profiler"`` (any nsight-python backend),
+        ``"ncu"`` (the Nsight Compute backend: hardware counters, cache and clock
+        control), ``"ncu-cli"`` (any ncu executable, for launch-mode runs).
+        """
+        if what not in ("gpu", "profiler", "ncu", "ncu-cli"):
+            raise ValueError(f"require(): unknown need {what!r}; use gpu, profiler, ncu or ncu-cli")
+        if not self.has_gpu:
+            raise Skip(f"needs a GPU: {self.gpu_problem}", COLAB_GPU_HINT, needs="gpu")
+        if what == "profiler" and self.backend is None:
+            raise Skip(
+                "needs an nsight-python backend; Nsight Compute: "
+                f"{self.ncu_problem}; CUPTI: {self.cupti_problem}",
+                NCU_REMEDY + ", or `pip install 'nsight-python[cupti]'` for durations only",
+                needs="profiler",
+            )
+        if what == "ncu" and self.backend != "ncu":
+            raise Skip(
+                f"needs nsight-python's Nsight Compute backend; the active backend is "
+                f"{self.backend or 'none'} because Nsight Compute did not load: {self.ncu_problem}",
+                NCU_REMEDY,
+                needs="ncu",
+            )
+        if what == "ncu-cli" and self.ncu_path is None:
+            raise Skip("needs the ncu command-line tool, and none was found", NCU_REMEDY, needs="ncu-cli")
+
+    def require_compute_capability(self, minimum: tuple[int, int], feature: str) -> None:
+        """Raise :class:`Skip` unless the GPU's compute capability is at least ``minimum``."""
+        self.require("gpu")
+        assert self.facts is not None
+        have = self.facts.compute_capability
+        if have < minimum:
+            raise Skip(
+                f"{feature} needs compute capability >= {minimum[0]}.{minimum[1]}; "
+                f"this {self.gpu_name} is {have[0]}.{have[1]}",
+                "run on an Ampere-or-newer GPU (A100, L4, A10G, H100, ...) to see it",
+                needs=f"cc{minimum[0]}.{minimum[1]}",
+            )
+
+
+_ENV: Environment | None = None
+
+
+def on_colab() -> bool:
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def cuda_already_initialised() -> bool:
+    """True if torch has initialised CUDA in this process (only torch is checked)."""
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+def probe_gpu() -> tuple[str | None, str | None, str | None]:
+    """(name, driver, problem) from NVML, which does not initialise CUDA."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        if pynvml.nvmlDeviceGetCount() == 0:
+            return None, None, "NVML sees no GPU"
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        return _text(name), _text(driver), None
+    except Exception as exc:  # no driver, no library, no device
+        return None, None, f"no NVIDIA driver or GPU found ({type(exc).__name__}: {exc})"
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def install_ncu_on_colab() -> str | None:
+    """Run install_ncu.sh; return its last stdout line (the ncu directory) or None."""
+    script = backend.installer_path()
+    print(f"  installing Nsight Compute with {script} (about a minute) ...")
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        print(f"  install_ncu.sh exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if lines else None
+
+
+def decide_ncu(installs: list[backend.NcuInstall], has_gpu: bool) -> tuple[backend.NcuInstall | None, str | None]:
+    """The ncu to use and, if nsight-python's NCU backend cannot use it, why not."""
+    chosen = backend.choose_ncu(installs)
+    if not has_gpu:
+        return chosen, "no GPU"
+    if chosen is None:
+        return None, "no ncu on PATH or under /opt/nvidia/nsight-compute"
+    if not chosen.new_enough:
+        return chosen, (
+            f"{chosen.path} is {backend.version_text(chosen.version)}; nsight-python needs "
+            f"{backend.version_text(backend.MIN_NCU_VERSION)} or newer"
+        )
+    return chosen, None
+
+
+def setup(notebook: str) -> Environment:
+    """Prepare this kernel for profiling and print the environment banner."""
+    global _ENV
+    sections.set_notebook(notebook)
+    if _ENV is not None:
+        _ENV.notebook = notebook
+        print_banner(_ENV)
+        return _ENV
+    if cuda_already_initialised():
+        raise CudaAlreadyInitialised(
+            "CUDA is already initialised in this kernel, so Nsight Compute can no longer "
+            "attach. Restart the kernel (Colab: Runtime -> Restart session) and run the "
+            "setup cell before anything that touches the GPU."
+        )
+    colab = on_colab()
+    gpu_name, driver, gpu_problem = probe_gpu()
+    installs = backend.find_ncu_installs()
+    chosen, ncu_problem = decide_ncu(installs, gpu_problem is None)
+    if colab and gpu_problem is None and (chosen is None or not chosen.new_enough):
+        directory = install_ncu_on_colab()
+        if directory:
+            backend.put_first_on_path(directory)
+            chosen, ncu_problem = decide_ncu(backend.find_ncu_installs(), True)
+    if chosen is not None and chosen.new_enough:
+        backend.put_first_on_path(os.path.dirname(chosen.path))
+
+    forced_cupti = os.environ.get("NSPY_TUTORIAL_BACKEND", "").lower() == "cupti"
+    library = backend.find_cupti_library()
+    cupti_problem = backend.cupti_problem(library, backend.cupti_python_available())
+    if gpu_problem is not None:
+        cupti_problem = "no GPU"
+    want_cupti = gpu_problem is None and (ncu_problem is not None or forced_cupti)
+    if want_cupti and cupti_problem is None and library is not None:
+        backend.preload_cupti(library)  # before torch can load its older libcupti
+    if gpu_problem is not None or forced_cupti:
+        os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"  # do not load Nsight Compute
+
+    import nsight  # Nsight Compute is loaded here, before anything starts CUDA
+    from nsight.collection import ncu as nsight_ncu
+
+    active = nsight.get_active_tool()
+    chosen_backend: str | None = None
+    if active == nsight.Tool.NCU:
+        chosen_backend, reason = "ncu", "Nsight Compute loaded at `import nsight`"
+        ncu_problem = None
+    else:
+        if forced_cupti:
+            ncu_problem = "not tried: NSPY_TUTORIAL_BACKEND=cupti"
+        elif nsight_ncu.injection_load_error is not None:
+            ncu_problem = _first_line(str(nsight_ncu.injection_load_error))
+        reason = f"Nsight Compute is not active ({ncu_problem})"
+        if want_cupti and cupti_problem is None:
+            try:
+                nsight.activate(nsight.Tool.CUPTI)
+                chosen_backend = "cupti"
+                reason += "; CUPTI backend active (kernel durations only)"
+            except Exception as exc:
+                cupti_problem = f"activation failed: {type(exc).__name__}: {_first_line(str(exc))}"
+        if chosen_backend is None:
+            reason += f"; CUPTI not active ({cupti_problem})"
+
+    env = Environment(
+        notebook=notebook,
+        on_colab=colab,
+        gpu_name=gpu_name,
+        gpu_problem=gpu_problem,
+        driver=driver,
+        ncu_path=chosen.path if chosen else None,
+        ncu_version=chosen.version if chosen else None,
+        backend=chosen_backend,
+        backend_reason=reason,
+        ncu_problem=ncu_problem,
+        cupti_problem=None if chosen_backend == "cupti" else cupti_problem,
+    )
+    if gpu_problem is None:
+        env.facts = device_facts()  # first CUDA use, after nsight
+        env.datasheet = datasheet_for(env.facts.name)
+    _ENV = env
+    print_banner(env)
+    return env
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else text
+
+
+def _package_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def banner_lines(env: Environment) -> list[str]:
+    """The environment banner as lines (separate from printing, for tests)."""
+    lines = []
+    if env.has_gpu and env.facts is not None:
+        f = env.facts
+        lines.append(
+            f"GPU          {f.name}  (compute capability {f.compute_capability[0]}.{f.compute_capability[1]}, "
+            f"{f.sm_count} SMs, L2 {f.l2_mb:.0f} MB, {f.memory_bytes / 2**30:.0f} GiB)"
+        )
+        lines.append(f"clocks       max SM {f.max_sm_clock_mhz} MHz, max memory {f.max_mem_clock_mhz} MHz (NVML)")
+        sheet = env.datasheet
+        if sheet is None:
+            lines.append("datasheet    this GPU is not in the table: peaks unknown, use measured ceilings")
+        else:
+            lines.append(
+                f"datasheet    {sheet.gpu}: fp32 {sheet.fp32_tflops}, tf32 {sheet.tf32_tflops}, "
+                f"fp16 {sheet.fp16_tflops}, bf16 {sheet.bf16_tflops} TFLOP/s, {sheet.mem_bandwidth_gbs} GB/s"
+            )
+    else:
+        lines.append(f"GPU          none -- {env.gpu_problem}")
+        lines.append(f"             {COLAB_GPU_HINT}")
+    torch = sys.modules.get("torch")
+    cuda = getattr(getattr(torch, "version", None), "cuda", None) if torch else None
+    lines.append(f"driver       {env.driver or '-'}   torch {_package_version('torch')} (CUDA {cuda or '-'})")
+    lines.append(
+        f"nsight       nsight-python {_package_version('nsight-python')}, "
+        f"cupti-python {_package_version('cupti-python')}"
+    )
+    lines.append(f"ncu          {backend.version_text(env.ncu_version) if env.ncu_path else '-'}  {env.ncu_path or ''}")
+    lines.append(f"backend      {env.backend or 'none'} -- {env.backend_reason}")
+    lines.append(f"python       {platform.python_version()}  colab: {env.on_colab}")
+    return lines
+
+
+def print_banner(env: Environment) -> None:
+    banner(f"Environment  ({env.notebook})")
+    for line in banner_lines(env):
+        print("  " + line)
