@@ -1,0 +1,1 @@
+../nspy_tutorial/resources/install_ncu.sh
