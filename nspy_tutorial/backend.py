@@ -84,7 +84,7 @@ def choose_ncu(installs: list[NcuInstall]) -> NcuInstall | None:
 
 def put_first_on_path(directory: str) -> None:
     """Prepend ``directory`` to PATH (once): nsight-python looks ``ncu`` up on PATH."""
-    parts = os.environ.get("PATH", "").split(os.pathsep)
+    parts = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     if parts and parts[0] == directory:
         return
     os.environ["PATH"] = os.pathsep.join([directory] + [p for p in parts if p != directory])

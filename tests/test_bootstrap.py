@@ -1,0 +1,344 @@
+"""Specification of the bootstrap (``nspy_tutorial.bootstrap``) on a CPU-only machine.
+
+Hardware is faked: ``probe_gpu``, ``backend.find_ncu_installs``, NVML and torch are
+replaced where a test needs a GPU or ncu; ``setup`` itself runs for real with no GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import pytest
+
+from nspy_tutorial import backend, bootstrap, sections
+from nspy_tutorial.backend import NcuInstall
+from nspy_tutorial.bootstrap import CudaAlreadyInitialised, Environment, banner_lines, decide_ncu
+from nspy_tutorial.gpu_facts import DeviceFacts, datasheet_for
+from nspy_tutorial.sections import Skip
+
+OLD_NCU = NcuInstall("/usr/local/cuda/bin/ncu", (2025, 3, 1, 0))
+NEW_NCU = NcuInstall("/opt/nvidia/nsight-compute/2026.2.1/ncu", (2026, 2, 1, 0))
+NO_GPU = (None, None, "no NVIDIA driver or GPU found (test)")
+
+
+@pytest.fixture(autouse=True)
+def fresh_bootstrap(monkeypatch: pytest.MonkeyPatch):
+    """No cached Environment; environment variables setup() reads or writes restored."""
+    old_notebook = sections._NOTEBOOK["name"]
+    bootstrap._ENV = None
+    # setenv first so that monkeypatch restores (or removes) what setup() writes.
+    monkeypatch.setenv("NSPY_NCU_INIT_AT_IMPORT", "0")
+    monkeypatch.setenv("PATH", os.environ.get("PATH", ""))
+    for name in ("NSPY_TUTORIAL_BACKEND", "COLAB_RELEASE_TAG", "NSPY_TUTORIAL_STRICT", "NSPY_TUTORIAL_REQUIRE"):
+        monkeypatch.delenv(name, raising=False)
+    yield
+    bootstrap._ENV = None
+    sections.set_notebook(old_notebook)
+
+
+def facts(name: str = "Tesla T4", cc: tuple[int, int] = (7, 5)) -> DeviceFacts:
+    return DeviceFacts(
+        name=name,
+        compute_capability=cc,
+        sm_count=40,
+        l2_bytes=4 * 2**20,
+        memory_bytes=15 * 2**30,
+        max_sm_clock_mhz=1590,
+        max_mem_clock_mhz=5001,
+    )
+
+
+def make_env(**overrides: object) -> Environment:
+    """An Environment with a GPU and the Nsight Compute backend, unless overridden."""
+    fields: dict[str, object] = dict(
+        notebook="99_test",
+        on_colab=False,
+        gpu_name="Tesla T4",
+        gpu_problem=None,
+        driver="580.00",
+        ncu_path=NEW_NCU.path,
+        ncu_version=NEW_NCU.version,
+        backend="ncu",
+        backend_reason="Nsight Compute loaded at `import nsight`",
+        ncu_problem=None,
+        cupti_problem="cupti-python is not installed",
+        facts=facts(),
+        datasheet=None,
+    )
+    fields.update(overrides)
+    return Environment(**fields)  # type: ignore[arg-type]
+
+
+def run_setup_without_gpu(monkeypatch: pytest.MonkeyPatch, notebook: str = "01_first") -> Environment:
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: NO_GPU)
+    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [])
+    return bootstrap.setup(notebook)
+
+
+# --------------------------------------------------------------------------
+# decide_ncu
+# --------------------------------------------------------------------------
+
+
+def test_decide_ncu_without_gpu_says_no_gpu_but_still_reports_the_ncu_found():
+    assert decide_ncu([OLD_NCU], has_gpu=False) == (OLD_NCU, "no GPU")
+
+
+def test_decide_ncu_without_any_ncu_says_where_it_looked():
+    chosen, problem = decide_ncu([], has_gpu=True)
+    assert chosen is None
+    assert problem == "no ncu on PATH or under /opt/nvidia/nsight-compute"
+
+
+def test_decide_ncu_with_too_old_ncu_names_its_path_and_both_versions():
+    chosen, problem = decide_ncu([OLD_NCU], has_gpu=True)
+    assert chosen == OLD_NCU
+    assert problem is not None
+    assert OLD_NCU.path in problem
+    assert "2025.3.1.0" in problem
+    assert "2026.2.1.0" in problem
+
+
+def test_decide_ncu_with_a_new_enough_ncu_has_no_problem():
+    assert decide_ncu([OLD_NCU, NEW_NCU], has_gpu=True) == (NEW_NCU, None)
+
+
+# --------------------------------------------------------------------------
+# Environment.require
+# --------------------------------------------------------------------------
+
+
+def test_require_gpu_without_gpu_skips_with_the_change_runtime_type_remedy():
+    env = make_env(gpu_name=None, gpu_problem="NVML sees no GPU", facts=None, backend=None)
+    with pytest.raises(Skip) as skipped:
+        env.require("gpu")
+    assert skipped.value.needs == "gpu"
+    assert "NVML sees no GPU" in skipped.value.reason
+    assert "Change runtime type" in skipped.value.remedy
+
+
+@pytest.mark.parametrize("need", ["profiler", "ncu", "ncu-cli"])
+def test_every_need_without_gpu_skips_as_needing_a_gpu(need):
+    env = make_env(gpu_problem="NVML sees no GPU", backend=None, ncu_path=None)
+    with pytest.raises(Skip) as skipped:
+        env.require(need)
+    assert skipped.value.needs == "gpu"
+
+
+def test_require_profiler_without_backend_skips_naming_both_backends_problems():
+    env = make_env(backend=None, ncu_problem="ncu too old", cupti_problem="cupti-python is not installed")
+    with pytest.raises(Skip) as skipped:
+        env.require("profiler")
+    assert skipped.value.needs == "profiler"
+    assert "ncu too old" in skipped.value.reason
+    assert "cupti-python is not installed" in skipped.value.reason
+
+
+def test_require_profiler_with_the_cupti_backend_passes():
+    make_env(backend="cupti", ncu_problem="ncu too old").require("profiler")
+
+
+def test_require_ncu_with_the_cupti_backend_skips_naming_why_nsight_compute_did_not_load():
+    why = "/usr/local/cuda/bin/ncu is 2025.3.1.0; nsight-python needs 2026.2.1.0 or newer"
+    env = make_env(backend="cupti", ncu_problem=why, cupti_problem=None)
+    with pytest.raises(Skip) as skipped:
+        env.require("ncu")
+    assert skipped.value.needs == "ncu"
+    assert "the active backend is cupti" in skipped.value.reason
+    assert why in skipped.value.reason
+    assert "2026.2.1" in skipped.value.remedy
+
+
+def test_require_ncu_with_the_ncu_backend_passes():
+    env = make_env(backend="ncu")
+    env.require("gpu")
+    env.require("profiler")
+    env.require("ncu")
+    env.require("ncu-cli")
+
+
+def test_require_ncu_cli_without_any_ncu_skips():
+    env = make_env(backend="cupti", ncu_path=None, ncu_version=None)
+    with pytest.raises(Skip) as skipped:
+        env.require("ncu-cli")
+    assert skipped.value.needs == "ncu-cli"
+
+
+def test_require_an_unknown_need_raises_value_error():
+    with pytest.raises(ValueError, match="'tpu'"):
+        make_env().require("tpu")
+
+
+def test_require_compute_capability_on_an_older_device_skips_naming_both_capabilities():
+    env = make_env(gpu_name="Tesla T4", facts=facts("Tesla T4", (7, 5)))
+    with pytest.raises(Skip) as skipped:
+        env.require_compute_capability((8, 0), "TF32")
+    reason = skipped.value.reason
+    assert "TF32" in reason
+    assert ">= 8.0" in reason
+    assert "7.5" in reason
+    assert skipped.value.needs == "cc8.0"
+
+
+@pytest.mark.parametrize(("name", "cc"), [("NVIDIA H200", (9, 0)), ("NVIDIA A100-SXM4-80GB", (8, 0))])
+def test_require_compute_capability_at_or_above_the_minimum_passes(name, cc):
+    env = make_env(gpu_name=name, facts=facts(name, cc))
+    env.require_compute_capability((8, 0), "TF32")
+
+
+def test_require_compute_capability_without_gpu_skips_as_needing_a_gpu():
+    env = make_env(gpu_problem="NVML sees no GPU", facts=None)
+    with pytest.raises(Skip) as skipped:
+        env.require_compute_capability((8, 0), "TF32")
+    assert skipped.value.needs == "gpu"
+
+
+# --------------------------------------------------------------------------
+# Probing without CUDA
+# --------------------------------------------------------------------------
+
+
+def fake_torch(initialised: bool) -> types.ModuleType:
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(is_initialized=lambda: initialised)  # type: ignore[attr-defined]
+    return torch
+
+
+@pytest.mark.parametrize("initialised", [True, False])
+def test_cuda_already_initialised_asks_the_imported_torch(monkeypatch, initialised):
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(initialised))
+    assert bootstrap.cuda_already_initialised() is initialised
+
+
+def test_cuda_is_not_initialised_when_torch_is_not_imported(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert bootstrap.cuda_already_initialised() is False
+
+
+def fake_pynvml(count: int = 1, init_error: Exception | None = None) -> types.ModuleType:
+    nvml = types.ModuleType("pynvml")
+
+    def init() -> None:
+        if init_error is not None:
+            raise init_error
+
+    nvml.nvmlInit = init  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetCount = lambda: count  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetHandleByIndex = lambda index: ("handle", index)  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetName = lambda handle: b"Tesla T4"  # type: ignore[attr-defined]
+    nvml.nvmlSystemGetDriverVersion = lambda: "580.00"  # type: ignore[attr-defined]
+    return nvml
+
+
+def test_probe_gpu_reads_name_and_driver_from_nvml(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    assert bootstrap.probe_gpu() == ("Tesla T4", "580.00", None)
+
+
+def test_probe_gpu_with_no_device_says_nvml_sees_no_gpu(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(count=0))
+    assert bootstrap.probe_gpu() == (None, None, "NVML sees no GPU")
+
+
+def test_probe_gpu_without_a_driver_reports_the_error_instead_of_raising(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(init_error=OSError("libnvidia-ml.so.1 missing")))
+    name, driver, problem = bootstrap.probe_gpu()
+    assert (name, driver) == (None, None)
+    assert problem is not None and "OSError: libnvidia-ml.so.1 missing" in problem
+
+
+def test_on_colab_is_read_from_the_colab_release_tag(monkeypatch):
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    assert bootstrap.on_colab() is False
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab_20250101")
+    assert bootstrap.on_colab() is True
+
+
+# --------------------------------------------------------------------------
+# setup()
+# --------------------------------------------------------------------------
+
+
+def test_setup_refuses_when_cuda_is_already_initialised(monkeypatch):
+    monkeypatch.setattr(bootstrap, "cuda_already_initialised", lambda: True)
+    probed = []
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: probed.append(1) or NO_GPU)
+    with pytest.raises(CudaAlreadyInitialised, match="Restart"):
+        bootstrap.setup("01_first")
+    assert probed == []
+    assert bootstrap._ENV is None
+
+
+def test_setup_without_gpu_returns_an_environment_with_no_backend(monkeypatch, capsys):
+    env = run_setup_without_gpu(monkeypatch)
+    assert env.notebook == "01_first"
+    assert env.has_gpu is False
+    assert env.gpu_problem == NO_GPU[2]
+    assert env.backend is None
+    assert env.cupti_problem == "no GPU"
+    assert env.ncu_problem
+    assert env.facts is None and env.datasheet is None
+    assert "Change runtime type" in capsys.readouterr().out
+
+
+def test_setup_without_gpu_tells_nsight_not_to_load_nsight_compute(monkeypatch):
+    monkeypatch.delenv("NSPY_NCU_INIT_AT_IMPORT")
+    run_setup_without_gpu(monkeypatch)
+    assert os.environ["NSPY_NCU_INIT_AT_IMPORT"] == "0"
+
+
+def test_setup_without_gpu_banner_lines_mention_change_runtime_type(monkeypatch):
+    env = run_setup_without_gpu(monkeypatch)
+    lines = banner_lines(env)
+    assert lines[0] == f"GPU          none -- {NO_GPU[2]}"
+    assert any("Change runtime type" in line for line in lines)
+    assert any(line.startswith("backend      none") for line in lines)
+
+
+def test_setup_names_the_notebook_for_the_section_records(monkeypatch):
+    run_setup_without_gpu(monkeypatch, "07_memory")
+    assert sections._NOTEBOOK["name"] == "07_memory"
+
+
+def test_setup_twice_returns_the_same_environment_renamed(monkeypatch, capsys):
+    first = run_setup_without_gpu(monkeypatch, "01_first")
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: pytest.fail("setup probed the GPU again"))
+    second = bootstrap.setup("02_second")
+    assert second is first
+    assert second.notebook == "02_second"
+    assert sections._NOTEBOOK["name"] == "02_second"
+    assert "Environment  (02_second)" in capsys.readouterr().out
+
+
+def test_setup_with_cupti_forced_says_nsight_compute_was_not_tried(monkeypatch):
+    monkeypatch.setenv("NSPY_TUTORIAL_BACKEND", "CUPTI")
+    env = run_setup_without_gpu(monkeypatch)
+    assert env.ncu_problem == "not tried: NSPY_TUTORIAL_BACKEND=cupti"
+    assert env.backend is None
+
+
+# --------------------------------------------------------------------------
+# banner_lines
+# --------------------------------------------------------------------------
+
+
+def test_banner_lines_for_an_unknown_gpu_say_peaks_unknown():
+    env = make_env(gpu_name="NVIDIA Future GPU", facts=facts("NVIDIA Future GPU", (12, 0)), datasheet=None)
+    lines = banner_lines(env)
+    assert lines[0].startswith("GPU          NVIDIA Future GPU  (compute capability 12.0, 40 SMs, L2 4 MB, 15 GiB)")
+    assert any("not in the table: peaks unknown" in line for line in lines)
+
+
+def test_banner_lines_for_a_known_gpu_give_its_datasheet_peaks():
+    env = make_env(datasheet=datasheet_for("Tesla T4"))
+    lines = banner_lines(env)
+    datasheet_line = next(line for line in lines if line.startswith("datasheet"))
+    assert "T4: fp32 8.1, tf32 n/a, fp16 65, bf16 n/a TFLOP/s, 320 GB/s" in datasheet_line
+
+
+def test_banner_lines_show_the_ncu_version_path_and_backend():
+    lines = banner_lines(make_env())
+    assert f"ncu          2026.2.1.0  {NEW_NCU.path}" in lines
+    assert "backend      ncu -- Nsight Compute loaded at `import nsight`" in lines

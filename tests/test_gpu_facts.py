@@ -1,0 +1,226 @@
+"""Specification of the datasheet table and its lookup (``nspy_tutorial.gpu_facts``).
+
+Device names contain each other ("A100" contains "A10", "L40S" starts with "L4",
+"GH200" contains "H200"), so each naming trap is its own test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from nspy_tutorial import gpu_facts
+from nspy_tutorial.gpu_facts import Datasheet, DeviceFacts, Peak, datasheet_for, load_datasheets, parse_peak
+
+# CI runs from a clone with shared/ beside it: <parent>/main (this repo) and <parent>/shared.
+SHARED_DATASHEETS = Path(__file__).resolve().parents[2] / "shared/reference/gpu-datasheets.md"
+
+
+@pytest.fixture(scope="module")
+def sheets() -> dict[str, Datasheet]:
+    return load_datasheets()
+
+
+def row(name: str, sheets: dict[str, Datasheet]) -> str | None:
+    found = datasheet_for(name, sheets)
+    return None if found is None else found.gpu
+
+
+# --------------------------------------------------------------------------
+# The packaged table
+# --------------------------------------------------------------------------
+
+
+def test_packaged_datasheet_copy_is_identical_to_the_shared_reference():
+    if not SHARED_DATASHEETS.is_file():
+        pytest.skip(f"shared reference not found at {SHARED_DATASHEETS}")
+    packaged = resources.files("nspy_tutorial").joinpath("resources", gpu_facts.DATASHEET_FILE).read_text()
+    assert packaged == SHARED_DATASHEETS.read_text()
+
+
+def test_every_match_rule_names_a_row_of_the_table(sheets):
+    labels = {label for _, label in gpu_facts.MATCH_RULES}
+    assert labels <= set(sheets), labels - set(sheets)
+
+
+def test_every_row_has_at_least_one_device_name(sheets):
+    assert all(sheet.names for sheet in sheets.values())
+
+
+def test_every_row_has_an_fp32_peak_and_a_memory_bandwidth(sheets):
+    for sheet in sheets.values():
+        assert sheet.fp32_tflops.value and sheet.fp32_tflops.value > 0, sheet.gpu
+        assert sheet.mem_bandwidth_gbs.value and sheet.mem_bandwidth_gbs.value > 0, sheet.gpu
+
+
+# --------------------------------------------------------------------------
+# Lookup traps
+# --------------------------------------------------------------------------
+
+
+def test_a100_sxm4_80gb_is_the_a100_80gb_row_not_a10(sheets):
+    assert row("NVIDIA A100-SXM4-80GB", sheets) == "A100 SXM4 80GB"
+
+
+def test_a10_is_the_a10_row_not_a100_or_a10g(sheets):
+    assert row("NVIDIA A10", sheets) == "A10"
+
+
+def test_a10g_is_the_a10g_row(sheets):
+    assert row("NVIDIA A10G", sheets) == "A10G (AWS)"
+
+
+def test_l40s_is_the_l40s_row(sheets):
+    assert row("NVIDIA L40S", sheets) == "L40S"
+
+
+def test_l4_is_the_l4_row(sheets):
+    assert row("NVIDIA L4", sheets) == "L4"
+
+
+def test_h100_pcie_gets_its_own_row(sheets):
+    assert row("NVIDIA H100 PCIe", sheets) == "H100 PCIe"
+
+
+def test_h100_nvl_gets_its_own_row(sheets):
+    assert row("NVIDIA H100 NVL", sheets) == "H100 NVL"
+
+
+def test_h100_80gb_hbm3_is_the_h100_sxm5_row(sheets):
+    assert row("NVIDIA H100 80GB HBM3", sheets) == "H100 SXM5"
+
+
+def test_gh200_is_unknown_not_h100_or_h200(sheets):
+    assert datasheet_for("NVIDIA GH200 480GB", sheets) is None
+
+
+@pytest.mark.parametrize("name", ["AMD Radeon", "NVIDIA Future GPU"])
+def test_unknown_gpu_gets_none(name, sheets):
+    assert datasheet_for(name, sheets) is None
+
+
+def test_a100_pcie_40gb_not_in_the_table_still_gets_the_a100_family_row(sheets):
+    found = datasheet_for("NVIDIA A100-PCIE-40GB", sheets)
+    assert found is not None
+    assert found.gpu == "A100 SXM4 40GB"
+    assert found.fp16_tflops.value == 312
+    assert "A100" in found.matched_by
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB"),
+        ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA A10G", "A10G (AWS)"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM5"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA GH200 480GB", None),
+    ],
+)
+def test_name_token_rules_alone_resolve_the_traps(name, expected, sheets):
+    """Without the table's exact names, the ordered MATCH_RULES must still pick the row."""
+    nameless = {label: dataclasses.replace(sheet, names=()) for label, sheet in sheets.items()}
+    found = datasheet_for(name, nameless)
+    assert (found.gpu if found else None) == expected
+    if found is not None:
+        assert found.matched_by.startswith("name tokens")
+
+
+def test_exact_name_lookup_ignores_case_and_surrounding_spaces(sheets):
+    found = datasheet_for("  nvidia h200 ", sheets)
+    assert found is not None and found.gpu == "H200 SXM"
+    assert found.matched_by.startswith("exact name")
+
+
+def test_matched_by_names_the_rule_when_matched_by_tokens(sheets):
+    found = datasheet_for("Tesla V100-SXM2-32GB", sheets)
+    assert found is not None and found.gpu == "V100 SXM2"
+    assert "V100" in found.matched_by and "row 'V100 SXM2'" in found.matched_by
+
+
+def test_lookup_reads_the_packaged_table_when_no_table_is_given():
+    found = datasheet_for("Tesla T4")
+    assert found is not None and found.gpu == "T4"
+
+
+def test_lookup_returns_a_copy_and_leaves_the_table_unchanged(sheets):
+    datasheet_for("NVIDIA H200", sheets)
+    assert sheets["H200 SXM"].matched_by == ""
+
+
+# --------------------------------------------------------------------------
+# Peaks
+# --------------------------------------------------------------------------
+
+
+def test_t4_has_no_tf32_or_bf16_peak_and_fp16_65(sheets):
+    t4 = sheets["T4"]
+    assert t4.peak_tflops("tf32") == Peak(None)
+    assert t4.peak_tflops("bf16") == Peak(None)
+    assert t4.peak_tflops("fp16") == Peak(65.0)
+
+
+def test_h200_fp16_peak_is_the_f32_accumulate_figure(sheets):
+    assert sheets["H200 SXM"].peak_tflops("fp16").value == 989.4
+
+
+def test_memory_bandwidth_ignores_the_parenthesised_datasheet_note(sheets):
+    assert sheets["T4"].mem_bandwidth_gbs == Peak(320.0)
+
+
+def test_geforce_fp16_peak_is_the_f32_accumulate_figure(sheets):
+    assert sheets["RTX 4090"].fp16_tflops.value == 165.2
+
+
+def test_unknown_precision_raises_value_error_naming_the_allowed_ones(sheets):
+    with pytest.raises(ValueError, match="'int4'.*fp32, tf32, fp16, bf16 or fp8"):
+        sheets["H200 SXM"].peak_tflops("int4")
+
+
+@pytest.mark.parametrize(
+    ("cell", "expected"),
+    [
+        ("19.5", Peak(19.5, uncertain=False)),
+        ("35?", Peak(35.0, uncertain=True)),
+        ("~1100", Peak(1100.0, uncertain=True)),
+        ("75-80?", Peak(75.0, uncertain=True)),
+        ("n/a", Peak(None, uncertain=False)),
+        ("N/A", Peak(None, uncertain=False)),
+        ("?", Peak(None, uncertain=True)),
+        (" 1,555 ", Peak(1555.0, uncertain=False)),
+    ],
+)
+def test_parse_peak_reads_table_cells(cell, expected):
+    assert parse_peak(cell) == expected
+
+
+def test_parse_peak_rejects_a_cell_without_a_number():
+    with pytest.raises(ValueError, match="'fast'"):
+        parse_peak("fast")
+
+
+@pytest.mark.parametrize(
+    ("peak", "text"),
+    [(Peak(19.5), "19.5"), (Peak(35.0, True), "35?"), (Peak(None), "n/a")],
+)
+def test_peak_prints_its_value_and_uncertainty(peak, text):
+    assert str(peak) == text
+
+
+# --------------------------------------------------------------------------
+# DeviceFacts
+# --------------------------------------------------------------------------
+
+
+def test_device_facts_l2_mb_is_in_mebibytes():
+    facts = DeviceFacts("NVIDIA H200", (9, 0), 132, 60 * 2**20, 141 * 2**30, 1980, 3201)
+    assert facts.l2_mb == 60.0
