@@ -1,0 +1,110 @@
+"""Build notebooks/NN_topic.ipynb from the percent-format sources in notebooks/src/.
+
+Why a source format: notebooks are reviewed and edited as plain Python; the .ipynb files
+are generated, committed without outputs, in canonical nbformat, with Colab metadata
+(GPU accelerator, T4), an Open-in-Colab badge and the standard setup cell.
+
+Source format: cells start with ``# %%`` (code) or ``# %% [markdown]`` (markdown lines
+start with ``# ``). The token ``{{SETUP}}`` on its own line becomes the setup cell.
+
+Usage: python scripts/build_notebooks.py [--check]   (--check: fail if a notebook is stale)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import nbformat
+
+REPO = "nspy-tutorial/nspy-tutorial"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "notebooks" / "src"
+OUT = ROOT / "notebooks"
+BADGE = (
+    "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+    "(https://colab.research.google.com/github/{repo}/blob/main/notebooks/{name})"
+)
+SETUP = '''\
+# Setup -- run this cell first. It must come before anything that touches the GPU:
+# `import nsight` (done inside setup) has to load Nsight Compute before CUDA starts.
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nspy_tutorial") is None:  # e.g. on Colab: install the helpers
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    "nspy-tutorial @ git+https://github.com/{repo}"], check=True)
+import nspy_tutorial as nt
+ENV = nt.setup("{stem}")'''
+
+
+def parse_cells(text: str) -> list[tuple[str, str]]:
+    """Split percent-format text into (kind, source) pairs."""
+    cells: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("# %%"):
+            cells.append(("markdown" if "[markdown]" in line else "code", []))
+        elif cells:
+            cells[-1][1].append(line)
+        elif line.strip():
+            raise ValueError(f"text before the first '# %%' marker: {line!r}")
+    out = []
+    for kind, lines in cells:
+        if kind == "markdown":
+            lines = [l[2:] if l.startswith("# ") else l.lstrip("#") for l in lines]
+        source = "\n".join(lines).strip("\n")
+        if source:
+            out.append((kind, source))
+    return out
+
+
+def build(src: Path) -> nbformat.NotebookNode:
+    stem = src.stem
+    name = f"{stem}.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {
+        "accelerator": "GPU",
+        "colab": {"gpuType": "T4", "name": name, "provenance": []},
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
+    for i, (kind, source) in enumerate(parse_cells(src.read_text())):
+        if source.strip() == "{{SETUP}}":
+            kind, source = "code", SETUP.format(repo=REPO, stem=stem)
+        if i == 0:
+            if kind != "markdown":
+                raise ValueError(f"{src}: the first cell must be the markdown title")
+            source = BADGE.format(repo=REPO, name=name) + "\n\n" + source
+        make = nbformat.v4.new_markdown_cell if kind == "markdown" else nbformat.v4.new_code_cell
+        cell = make(source)
+        cell.id = f"{stem[:2]}-{i:02d}"
+        nb.cells.append(cell)
+    nbformat.validate(nb)
+    return nb
+
+
+def render(nb: nbformat.NotebookNode) -> str:
+    return nbformat.writes(nb) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if a notebook is stale")
+    args = parser.parse_args(argv)
+    stale = []
+    for src in sorted(SRC.glob("[0-9][0-9]_*.py")):
+        target = OUT / f"{src.stem}.ipynb"
+        text = render(build(src))
+        if args.check:
+            if not target.exists() or target.read_text() != text:
+                stale.append(target.name)
+        else:
+            target.write_text(text)
+            print(f"wrote {target.relative_to(ROOT)}")
+    if stale:
+        print(f"stale notebooks (run python scripts/build_notebooks.py): {stale}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
