@@ -104,6 +104,15 @@ with nt.section("2. Aggregates recomputed from the raw per-run CSV") as s:
 #
 # A plot of every run shows what the averages hide: a slow first run, occasional
 # outliers, drift. Each panel is one kernel, values relative to its median.
+#
+# Two more things to look for in the raw values of a microsecond kernel:
+#
+# - **the first run** often pays for something once (a cold instruction cache, a
+#   clock ramping up from idle) -- a warm-up run outside the measurement, or dropping
+#   run 0, removes it;
+# - **the timer's granularity**: durations come from GPU timestamps with a fixed tick,
+#   so a 1 µs kernel can only take a handful of distinct values. The smallest step
+#   between distinct values is printed below -- on your GPU, with your backend.
 
 # %%
 with nt.section("3. Per-run values") as s:
@@ -120,7 +129,15 @@ with nt.section("3. Per-run values") as s:
     np.atleast_1d(axes)[0].set_ylabel("% from median")
     plt.tight_layout()
     plt.show()
-    s.result = f"largest run above its median: {max(worst):.1f}%"
+    tiny_runs = raw[(raw.Annotation == "vector add") & (raw.n == SIZES[0])].Value.to_numpy()
+    first_vs_rest = tiny_runs[0] / np.median(tiny_runs[1:])
+    steps = np.diff(np.unique(tiny_runs))
+    tick = int(steps.min()) if len(steps) else 0
+    print(f"  16K add: run 0 is {first_vs_rest:.2f}x the median of runs 1-19")
+    print(f"  16K add: {len(np.unique(tiny_runs))} distinct values in 20 runs, smallest step {tick} ns "
+          f"= {100 * tick / np.median(tiny_runs):.1f}% of the kernel")
+    s.result = (f"largest run above its median: {max(worst):.1f}%; 16K add run 0 = {first_vs_rest:.2f}x median; "
+                f"timer step {tick} ns")
 
 # %% [markdown]
 # ## 4. How the confidence interval narrows with the number of runs
