@@ -5,7 +5,7 @@
 * :func:`profile_per_config` -- run a decorated benchmark one configuration at a time.
   nsight-python checks that every annotation launched the *same number of kernels* in
   every configuration and run; cuBLAS picks a different algorithm per matrix size, and
-  some algorithms are two kernels (a GEMM plus a reduction), so a sweep over sizes can
+  some algorithms launch more than one kernel, so a sweep over sizes can
   fail with "Expect same number of kernels per run" -- or, worse, pass with kernels
   attributed to the wrong configuration when the totals happen to divide evenly.
   One call per configuration only needs the count to be constant across runs.

@@ -33,6 +33,7 @@ import importlib.util, subprocess, sys
 if importlib.util.find_spec("nspy_tutorial") is None:  # e.g. on Colab: install the helpers
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                     "nspy-tutorial @ git+https://github.com/{repo}"], check=True)
+    importlib.invalidate_caches()
 import nspy_tutorial as nt
 ENV = nt.setup("{stem}")'''
 

@@ -160,8 +160,8 @@ with nt.section("3. One run, the unit, and the rated clock") as s:
 # ## 4. When one call launches several kernels: `combine_kernel_metrics`
 #
 # nsight-python expects **one kernel per annotation**. Eager PyTorch evaluates
-# `a + b * c` as two kernels (multiply, then add); cuBLAS sometimes splits a matmul into
-# a GEMM kernel plus a reduction kernel, depending on the size and the GPU. Without
+# `a + b * c` as two kernels (multiply, then add); cuBLAS sometimes launches more than
+# one kernel for one matmul, depending on the size and the GPU. Without
 # `combine_kernel_metrics` such a region raises; with it, the metrics of the kernels in
 # one run are combined (here: summed) and the `Kernel` column lists them joined by `|`.
 #

@@ -89,7 +89,8 @@ with nt.section("1. TF32 is really on when switched on") as s:
 # nsight-python requires **each annotation to launch the same number of kernels in
 # every configuration and run**: it divides the number of kernels an annotation
 # launched in the whole call by (configurations × runs). cuBLAS picks its algorithm by
-# size, and some algorithms are two kernels (a GEMM plus a split-K reduction). Sweeping
+# size and GPU, and some algorithms launch more than one kernel (the names are printed
+# below, for the sizes where that happens on your GPU). Sweeping
 # all sizes in one call then raises *"Expect same number of kernels per run. Got average
 # of 1.33 per run"* (that exact message was seen on an H200 for sizes 512/2048/8192) --
 # or silently mixes kernels up when the totals happen to divide evenly.
@@ -131,6 +132,8 @@ with nt.section("2. Sweep sizes one call per size, with a derived TFLOP/s metric
     print(TF.to_string(float_format=lambda v: f"{v:8.1f}"))
     print("\n  kernels per annotation and run:")
     print(COUNTS.to_string())
+    for _, r in TIMES[kernel_counts(TIMES) > 1].iterrows():
+        print(f"  {r.Annotation} n={r.n}: " + " | ".join(k[:60] for k in r.Kernel.split("|")))
     derived = df[df.Metric == "tflops"].merge(TIMES[["Annotation", "n", "AvgValue"]], on=["Annotation", "n"],
                                               suffixes=("", "_ns"))
     # nsight derives per run, then averages: the mean of 2n^3/t is not 2n^3/mean(t), so allow 5 %
