@@ -38,6 +38,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
+from nspy_tutorial.sections import SectionRecord
+
 RESULTS_ENV_VAR = "NSPY_TUTORIAL_RESULTS"
 STATUSES = ("OK", "SKIPPED", "FAILED")
 NOTEBOOK_NAME = re.compile(r"^(\d+)_.+\.ipynb$")
@@ -49,19 +51,6 @@ EXIT_INTERRUPTED = 130
 
 class RunnerError(Exception):
     """A problem with the command line or the folders, reported without a traceback."""
-
-
-@dataclass
-class SectionRecord:
-    """One section's outcome, as written by a notebook's section guard."""
-
-    notebook: str
-    section: str
-    status: str
-    result: str | None = None
-    reason: str | None = None
-    remedy: str | None = None
-    seconds: float = 0.0
 
 
 @dataclass
