@@ -140,7 +140,7 @@ def _text(value: str | bytes) -> str:
 def install_ncu_on_colab() -> str | None:
     """Run install_ncu.sh; return its last stdout line (the ncu directory) or None."""
     script = backend.installer_path()
-    print(f"  installing Nsight Compute with {script} (about a minute) ...")
+    print(f"  installing Nsight Compute with {script} (apt-get; output in /tmp/nspy_ncu_install.log) ...")
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         print(f"  install_ncu.sh exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")

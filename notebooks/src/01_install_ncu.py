@@ -11,7 +11,7 @@
 # - why `import nsight` must come before anything starts CUDA -- demonstrated;
 # - what the rest of the series assumes, printed as one environment banner.
 #
-# On Colab the setup cell below does the installing (about a minute, once per
+# On Colab the setup cell below does the installing (once per
 # session). Elsewhere nothing is installed for you: you get the facts and the commands.
 #
 # Two backends, one choice made for you by `nt.setup`:
