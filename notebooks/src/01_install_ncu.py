@@ -78,6 +78,10 @@ with nt.section("1. The GPU and the preinstalled ncu") as s:
 
 # %%
 with nt.section("2. Install plan for a current ncu (dry run)") as s:
+    from nsight.collection import ncu as nsight_ncu
+
+    nt.claim(tuple(nsight_ncu.MIN_NCU_VERSION) == backend.MIN_NCU_VERSION,
+             "nsight-python itself requires ncu 2026.2.1 or newer", f"nsight says {nsight_ncu.MIN_NCU_VERSION}")
     script = backend.installer_path()
     done = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True)
     print(textwrap.indent(done.stderr.strip(), "  "))

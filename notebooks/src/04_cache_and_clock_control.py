@@ -66,6 +66,41 @@ def check_claims(table: pd.DataFrame, rated_khz) -> dict:
     return found
 
 # %% [markdown]
+# ## 0. The defaults, read from the tools themselves
+#
+# Before measuring anything: what does each tool do when you say nothing? nsight-python's
+# defaults are in its decorator's signature; the `ncu` command line states its own in
+# `ncu --help`. And the CUPTI collector does not even accept the two options.
+
+# %%
+import inspect
+import re
+import subprocess
+
+with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s:
+    params = inspect.signature(nsight.analyze.kernel).parameters
+    nsp = {k: params[k].default for k in ("cache_control", "clock_control")}
+    print(f"  nsight-python: {nsp}")
+    nt.claim(nsp == {"cache_control": "all", "clock_control": "none"},
+             "nsight-python flushes caches and leaves clocks free by default")
+    cupti_params = inspect.signature(nsight.collection.cupti.CUPTICollector.__init__).parameters
+    nt.claim("cache_control" not in cupti_params and "clock_control" not in cupti_params,
+             "the CUPTI collector takes neither option: under CUPTI they are ignored")
+    line = f"nsight-python cache={nsp['cache_control']}, clock={nsp['clock_control']}"
+    if ENV.ncu_path:
+        helptext = subprocess.run([ENV.ncu_path, "--help"], capture_output=True, text=True).stdout
+        cli = {k: re.search(rf"--{k}\s+arg\s+\(=(\w+)\)", helptext) for k in ("cache-control", "clock-control")}
+        if all(cli.values()):
+            cli = {k: m.group(1) for k, m in cli.items()}
+            print(f"  ncu --help:    {cli}")
+            nt.claim(cli == {"cache-control": "all", "clock-control": "base"},
+                     "the ncu command line flushes caches and locks clocks to base by default")
+            line += f"; ncu CLI cache={cli['cache-control']}, clock={cli['clock-control']}"
+        else:
+            print("  (could not read the defaults from this ncu's --help text)")
+    s.result = line
+
+# %% [markdown]
 # ## 1. The 2×2 with nsight-python (Nsight Compute backend)
 #
 # Four decorated benchmarks, one per combination. Besides the duration we collect
