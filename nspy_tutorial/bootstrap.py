@@ -27,7 +27,7 @@ import sys
 from nspy_tutorial import backend, sections
 from nspy_tutorial.display import banner
 from nspy_tutorial.gpu_facts import Datasheet, DeviceFacts, datasheet_for, device_facts
-from nspy_tutorial.sections import Skip
+from nspy_tutorial.sections import Skip, first_line
 
 COLAB_GPU_HINT = "in Colab: Runtime -> Change runtime type -> T4 GPU, then run the notebook again"
 NCU_REMEDY = (
@@ -213,7 +213,7 @@ def setup(notebook: str) -> Environment:
         if forced_cupti:
             ncu_problem = "not tried: NSPY_TUTORIAL_BACKEND=cupti"
         elif nsight_ncu.injection_load_error is not None:
-            ncu_problem = _first_line(str(nsight_ncu.injection_load_error))
+            ncu_problem = first_line(str(nsight_ncu.injection_load_error))
         reason = f"Nsight Compute is not active ({ncu_problem})"
         if want_cupti and cupti_problem is None:
             try:
@@ -221,7 +221,7 @@ def setup(notebook: str) -> Environment:
                 chosen_backend = "cupti"
                 reason += "; CUPTI backend active (kernel durations only)"
             except Exception as exc:
-                cupti_problem = f"activation failed: {type(exc).__name__}: {_first_line(str(exc))}"
+                cupti_problem = f"activation failed: {type(exc).__name__}: {first_line(str(exc))}"
         if chosen_backend is None:
             reason += f"; CUPTI not active ({cupti_problem})"
 
@@ -244,11 +244,6 @@ def setup(notebook: str) -> Environment:
     _ENV = env
     print_banner(env)
     return env
-
-
-def _first_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[0] if lines else text
 
 
 def _package_version(name: str) -> str:

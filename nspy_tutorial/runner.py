@@ -38,10 +38,9 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-from nspy_tutorial.sections import SectionRecord
+from nspy_tutorial.sections import STATUSES, SectionRecord
 
 RESULTS_ENV_VAR = "NSPY_TUTORIAL_RESULTS"
-STATUSES = ("OK", "SKIPPED", "FAILED")
 NOTEBOOK_NAME = re.compile(r"^(\d+)_.+\.ipynb$")
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -33,6 +33,7 @@ from types import TracebackType
 from nspy_tutorial.display import banner
 
 OK, SKIPPED, FAILED = "OK", "SKIPPED", "FAILED"
+STATUSES = (OK, SKIPPED, FAILED)
 
 
 class Skip(Exception):
@@ -106,7 +107,8 @@ def _required() -> set[str]:
     return {part.strip() for part in value.split(",") if part.strip()}
 
 
-def _first_line(text: str, limit: int = 200) -> str:
+def first_line(text: str, limit: int = 200) -> str:
+    """The first line of ``text``, at most ``limit`` characters (for one-line reasons)."""
     lines = text.strip().splitlines()
     return (lines[0] if lines else "")[:limit]
 
@@ -154,7 +156,7 @@ class section:
                 record.status = SKIPPED
         else:
             record.status = FAILED
-            record.reason = f"{type(exc).__name__}: {_first_line(str(exc))}"
+            record.reason = f"{type(exc).__name__}: {first_line(str(exc))}"
             record.remedy = "see the traceback above"
             traceback.print_exception(exc_type, exc, tb, limit=6)
             reraise = _strict()
