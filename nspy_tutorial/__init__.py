@@ -7,6 +7,7 @@ nsight at import time: the import order is the bootstrap's job.
 
 from nspy_tutorial.bootstrap import Environment, setup
 from nspy_tutorial.display import banner, show
+from nspy_tutorial.rules import rules
 from nspy_tutorial.sections import Skip, claim, section, summary
 
-__all__ = ["Environment", "Skip", "banner", "claim", "section", "setup", "show", "summary"]
+__all__ = ["Environment", "Skip", "banner", "claim", "rules", "section", "setup", "show", "summary"]

@@ -159,6 +159,7 @@ class DeviceFacts:
     memory_bytes: int
     max_sm_clock_mhz: int | None
     max_mem_clock_mhz: int | None
+    memory_bus_width_bits: int | None = None  # NVML; with the memory clock it bounds DRAM bandwidth
 
     @property
     def l2_mb(self) -> float:
@@ -173,7 +174,7 @@ def device_facts(index: int = 0) -> DeviceFacts:
     import torch  # imported here: the bootstrap must import nsight before torch
 
     props = torch.cuda.get_device_properties(index)
-    sm_clock = mem_clock = None
+    sm_clock = mem_clock = bus_width = None
     try:
         import pynvml
 
@@ -183,6 +184,11 @@ def device_facts(index: int = 0) -> DeviceFacts:
         mem_clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
     except Exception as exc:  # NVML missing or not permitted: clocks stay unknown
         print(f"  (NVML clocks unavailable: {type(exc).__name__}: {exc})")
+    else:
+        try:
+            bus_width = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
+        except Exception as exc:  # older drivers: the width stays unknown
+            print(f"  (NVML memory bus width unavailable: {type(exc).__name__}: {exc})")
     return DeviceFacts(
         name=props.name,
         compute_capability=(props.major, props.minor),
@@ -191,4 +197,5 @@ def device_facts(index: int = 0) -> DeviceFacts:
         memory_bytes=int(props.total_memory),
         max_sm_clock_mhz=sm_clock,
         max_mem_clock_mhz=mem_clock,
+        memory_bus_width_bits=bus_width,
     )

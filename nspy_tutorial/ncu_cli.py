@@ -6,15 +6,24 @@ nsight-python 1.1 attaches Nsight Compute to the running notebook and needs ncu
     ncu --nvtx --nvtx-include "region/" --metrics ... --csv python3 script.py
 
 That gives cache control, clock control and hardware counters to users who cannot
-upgrade. :func:`profile_script` runs it and returns one row per kernel launch and metric.
+upgrade. The pieces, each usable on its own so a notebook can show what it runs:
+
+* :func:`write_script` -- put a script's text in a file for ncu to launch;
+* :func:`ncu_command` -- the command line (metrics as CSV, or a ``--set`` into a report);
+* :func:`command_text` -- that command as one copy-pasteable line;
+* :func:`run` -- run it with the profiler-injection variables of *this* process removed;
+* :func:`parse_csv` -- ncu's ``--csv`` output as a DataFrame;
+* :func:`profile_script` -- all of the above for the common CSV case.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 
 import pandas as pd
@@ -37,6 +46,15 @@ def child_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in INJECTION_VARIABLES}
 
 
+def write_script(source: str, name: str = "profiled.py", directory: str | None = None) -> str:
+    """Write ``source`` to ``<directory>/<name>`` (a new temporary folder by default)."""
+    directory = directory or tempfile.mkdtemp(prefix="nspy_ncu_")
+    path = os.path.join(directory, name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(source)
+    return path
+
+
 def ncu_command(
     ncu: str,
     script: str,
@@ -45,15 +63,48 @@ def ncu_command(
     nvtx_ranges: Sequence[str],
     cache_control: str = "all",
     clock_control: str = "base",
+    *,
+    section_set: str | None = None,
+    report: str | None = None,
 ) -> list[str]:
-    """The ncu launch-mode command line (its defaults: flush caches, lock base clocks)."""
-    cmd = [ncu, "--cache-control", cache_control, "--clock-control", clock_control, "--csv"]
+    """The ncu launch-mode command line (ncu's own defaults: flush caches, lock base clocks).
+
+    ``metrics`` are collected and printed as CSV, unless ``report`` names a file to
+    write instead (``-o``; ncu adds ``.ncu-rep``). ``section_set`` (e.g. ``"full"``)
+    adds ncu's section set to the metrics. ``nvtx_ranges`` limits profiling to the
+    kernels launched inside those NVTX push/pop ranges.
+    """
+    cmd = [ncu, "--cache-control", cache_control, "--clock-control", clock_control]
+    cmd += ["-f", "-o", report] if report else ["--csv"]
     if nvtx_ranges:
         cmd.append("--nvtx")
         for name in nvtx_ranges:
             cmd += ["--nvtx-include", f"{name}/"]
-    cmd += ["--metrics", ",".join(metrics), sys.executable, script, *script_args]
+    if section_set:
+        cmd += ["--set", section_set]
+    if metrics:
+        cmd += ["--metrics", ",".join(metrics)]
+    cmd += [sys.executable, script, *script_args]
     return cmd
+
+
+def command_text(cmd: Sequence[str]) -> str:
+    """``cmd`` as one shell line, quoted so that it can be pasted into a terminal."""
+    return shlex.join(cmd)
+
+
+def run(cmd: Sequence[str], timeout: int = 600) -> str:
+    """Run an ncu command in a clean child environment; return its stdout.
+
+    Raises :class:`NcuCliError` with ncu's last lines when it exits non-zero.
+    """
+    done = subprocess.run(
+        list(cmd), capture_output=True, text=True, env=child_environment(), timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-6:])
+        raise NcuCliError(f"ncu exited {done.returncode}:\n{tail}")
+    return done.stdout
 
 
 def parse_csv(stdout: str) -> pd.DataFrame:
@@ -80,13 +131,13 @@ def profile_script(
     cache_control: str = "all",
     clock_control: str = "base",
     timeout: int = 600,
+    show_command: bool = False,
 ) -> pd.DataFrame:
-    """Profile ``script`` with ncu in launch mode; one row per launch and metric."""
+    """Profile ``script`` with ncu in launch mode; one row per launch and metric.
+
+    ``show_command=True`` prints the exact command line first (``$ ncu ...``).
+    """
     cmd = ncu_command(ncu, script, script_args, metrics, nvtx_ranges, cache_control, clock_control)
-    done = subprocess.run(
-        cmd, capture_output=True, text=True, env=child_environment(), timeout=timeout, check=False
-    )
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-6:])
-        raise NcuCliError(f"ncu exited {done.returncode}:\n{tail}")
-    return parse_csv(done.stdout)
+    if show_command:
+        print(f"  $ {command_text(cmd)}")
+    return parse_csv(run(cmd, timeout=timeout))

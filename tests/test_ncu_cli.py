@@ -63,3 +63,33 @@ def test_profile_script_parses_what_ncu_prints(tmp_path):
     fake.chmod(0o755)
     df = ncu_cli.profile_script(str(fake), "s.py", [], ["m"], ["r"])
     assert set(df["Metric Name"]) == {"gpc__cycles_elapsed.avg.per_second", "gpu__time_duration.sum"}
+
+
+def test_ncu_command_with_a_report_writes_it_instead_of_printing_csv():
+    cmd = ncu_cli.ncu_command("ncu", "s.py", [], [], ["r"], section_set="full", report="/tmp/rep")
+    assert "--csv" not in cmd
+    assert cmd[cmd.index("-o") + 1] == "/tmp/rep" and "-f" in cmd
+    assert cmd[cmd.index("--set") + 1] == "full"
+    assert "--metrics" not in cmd
+
+
+def test_command_text_quotes_what_a_shell_would_split():
+    assert ncu_cli.command_text(["ncu", "--nvtx-include", "x * 2/", "python3"]) == "ncu --nvtx-include 'x * 2/' python3"
+
+
+def test_write_script_puts_the_source_in_a_file(tmp_path):
+    path = ncu_cli.write_script("print(1)\n", "a.py", str(tmp_path))
+    assert path == str(tmp_path / "a.py")
+    assert (tmp_path / "a.py").read_text() == "print(1)\n"
+
+
+def test_profile_script_can_print_the_exact_command(tmp_path, capsys):
+    out = tmp_path / "out.txt"
+    out.write_text(CSV_OUTPUT)
+    fake = tmp_path / "ncu"
+    fake.write_text(f"#!/bin/sh\ncat {out}\n")
+    fake.chmod(0o755)
+    ncu_cli.profile_script(str(fake), "s.py", ["3"], ["m"], ["r"], show_command=True)
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"  $ {fake} --cache-control all --clock-control base --csv --nvtx")
+    assert printed.rstrip().endswith("s.py 3")
