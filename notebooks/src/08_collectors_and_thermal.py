@@ -322,7 +322,7 @@ with nt.section("2. The first RUN sample can be the idle clock") as s:
     t0, t_rest = raw.Value.iloc[0], raw.Value.iloc[1:].median()
     if first < 0.9 * rest:
         print(f"\n  seen here: the first RUN sample ({first} MHz) is below the median of the others ({rest:.0f} MHz) "
-              f"-- the GPU was still at its idle clock when the series started")
+              f"-- the clock of a GPU that had been idle")
     else:
         print(f"\n  not seen here: the first RUN sample ({first} MHz) is not below the median of the others "
               f"({rest:.0f} MHz); this GPU did not drop its clock in {IDLE_S:.0f} s, or raised it before the sample")
@@ -390,7 +390,8 @@ with nt.section("3. thermal_mode off vs auto: spread, wall time, headroom") as s
         nt.claim(h.headroom_c.min() >= wait,
                  "in auto mode every run started with the headroom above thermal_wait (nsight checked just before)",
                  f"lowest RUN-scope reading {int(h.headroom_c.min())} C, thermal_wait {wait} C")
-        # what nsight saw before each run: our reading before the call, then each run's end
+        # what nsight saw before each run: our reading just before the call, then each run's reading just
+        # before its kernel (nsight checks again as soon as that kernel is launched)
         near = [AUTO["headroom_before"]] + list(h.headroom_at_entry_c.iloc[:-1])
         lowest = int(min(near))
         if lowest > wait + 1:
@@ -398,13 +399,20 @@ with nt.section("3. thermal_mode off vs auto: spread, wall time, headroom") as s
                        f"{lowest - wait} C above the {wait} C pause threshold")
             short = f"auto had nothing to do (lowest headroom {lowest} C vs {wait} C threshold)"
         else:
-            verdict = (f"the headroom came down to {lowest} C, at the {wait} C threshold: auto mode may have paused; "
-                       f"the largest gap between run starts was {table.max_gap_s.iloc[1]:.2f} s "
-                       f"(median {table.median_gap_s.iloc[1]:.2f} s; a pause adds at least 0.5 s)")
-            short = f"headroom down to {lowest} C: auto may have paused (largest gap {table.max_gap_s.iloc[1]:.2f} s)"
+            gap, typical = table.max_gap_s.iloc[1], table.median_gap_s.iloc[1]
+            paused = gap > typical + 0.4  # a pause sleeps at least 0.5 s on top of a run's own time
+            verdict = (f"the headroom came down to {lowest} C, within reach of the {wait} C threshold; the largest "
+                       f"gap between run starts was {gap:.2f} s (median {typical:.2f} s): "
+                       + ("long enough to hold a cooling pause" if paused else
+                          "no gap long enough for a cooling pause (one adds at least 0.5 s)"))
+            short = (f"headroom down to {lowest} C; " + ("a pause-sized gap" if paused else "no pause-sized gap")
+                     + f" ({gap:.2f} s)")
     print(f"\n  {verdict}")
     d_wall = AUTO["wall"] - OFF["wall"]
     print(f"  wall time: auto {AUTO['wall']:.1f} s vs off {OFF['wall']:.1f} s ({d_wall:+.1f} s)")
+    if short.startswith(("auto had nothing", "no headroom")):
+        print("  no pause happened, so this difference is not cooling time; auto mode's only work here was "
+              "one headroom read before each run")
     print(f"  temperature at the first run: off {int(OFF['raw'].gpu_temp_c.iloc[0])} C, "
           f"auto {int(AUTO['raw'].gpu_temp_c.iloc[0])} C")
     s.result = (f"RSD off {table['RSD_%'].iloc[0]:.2f}% / auto {table['RSD_%'].iloc[1]:.2f}%, "
@@ -454,6 +462,7 @@ with nt.section("4. Plot: time, SM clock and temperature per run; correlations")
     axes[0].set_title(f"{N_HEAT}^3 fp16 matmul after {HEAT_S} s of heating per run ({ENV.backend} backend)")
     plt.tight_layout()
     plt.show()
+    print(f"  {nt.rules(ENV.backend)}")
     checks, lines = [], []
     for mode, raw in series.items():
         for label, part in (("all runs", raw), ("runs 1+", raw.iloc[1:])):
