@@ -13,9 +13,9 @@
 # - what CUDA events and a wall clock add to a kernel's duration (launch overhead) --
 #   large for a microsecond kernel, small for a long one;
 # - four things CUPTI cannot do, each shown on your GPU: hardware counters, cache and
-#   clock control, sharing CUPTI with `torch.profiler`, and timing a region that
-#   launched no kernel -- plus a small check you can reuse that turns an empty result
-#   into a clear error.
+#   clock control, timing a region that launched no kernel -- plus a small check you can
+#   reuse that turns such an empty result into a clear error -- and sharing CUPTI with
+#   `torch.profiler`.
 #
 # Which way round the comparison runs depends on your machine: the notebook uses
 # whichever backend `nt.setup` activated *in this process* and starts the other tool
@@ -588,7 +588,14 @@ LIMITS_SCRIPT = textwrap.dedent('''
         raw = pd.read_csv(glob.glob(prefix + "profiled_data-*.csv")[0])
         found["x2_median_ns"][f"{cache}/{clock}"] = float(raw.Value.median())
 
-    a = torch.randn(n_mm, n_mm, device="cuda")         # section 7: torch.profiler while CUPTI is active
+    @nsight.analyze.kernel(runs=3, thermal_mode="off", verbosity=SILENT)
+    def copy(n):                                       # section 7: a memcpy, no kernel
+        x, y = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
+        with nsight.annotate("copy"):
+            y.copy_(x)
+    found["copy_rows"] = len(copy(configs=[n_add]).to_dataframe())
+
+    a = torch.randn(n_mm, n_mm, device="cuda")         # section 8: torch.profiler, CUPTI active
     _ = a @ a
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -596,13 +603,6 @@ LIMITS_SCRIPT = textwrap.dedent('''
             _ = a @ a
         torch.cuda.synchronize()
     found["cuda_events"] = sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
-
-    @nsight.analyze.kernel(runs=3, thermal_mode="off", verbosity=SILENT)
-    def copy(n):                                       # section 8: a memcpy, no kernel
-        x, y = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
-        with nsight.annotate("copy"):
-            y.copy_(x)
-    found["copy_rows"] = len(copy(configs=[n_add]).to_dataframe())
     print("NSPY_RESULT " + json.dumps(found))
 ''')
 COUNTER_ERROR = "metrics must be ['gpu__time_duration.sum']"
@@ -709,80 +709,11 @@ with nt.section("6. CUPTI's limits (2): cache and clock control are ignored") as
     s.result = f"CUPTI: all/none/base within {100 * (ratio - 1):.1f} % of each other{extra}"
 
 # %% [markdown]
-# ## 7. CUPTI's limits (3): `torch.profiler` goes blind while nsight's CUPTI is active
-#
-# `torch.profiler` records CUDA kernels through CUPTI too, and nsight-python's CUPTI
-# backend holds CUPTI from `nsight.activate(nsight.Tool.CUPTI)` until `nsight.deactivate()`
-# (it subscribes in `cupti.init()`). In one process the two do not share it: with the
-# backend active, `torch.profiler` records no CUDA events -- and nsight-python keeps
-# working. The same five matmuls in a child process without nsight show what
-# `torch.profiler` normally sees.
-#
-# Under the Nsight Compute backend this notebook does not predict the in-process count: it
-# prints what it sees.
-
-# %%
-PLAIN_SCRIPT = textwrap.dedent('''
-    import json, sys
-    import torch  # no nsight in this process: torch.profiler has CUPTI to itself
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    n = int(sys.argv[1])
-    a = torch.randn(n, n, device="cuda")
-    _ = a @ a
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(5):
-            _ = a @ a
-        torch.cuda.synchronize()
-    kernels = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
-    print("NSPY_RESULT " + json.dumps({"cuda_events": len(kernels), "names": sorted(set(kernels))}))
-''')
-
-
-def cuda_events_seen(n: int) -> int:
-    """How many CUDA (device) events torch.profiler records for five n x n matmuls in this process."""
-    a = torch.randn(n, n, device="cuda")
-    _ = a @ a
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(5):
-            _ = a @ a
-        torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
-
-
-with nt.section("7. CUPTI's limits (3): torch.profiler sees nothing while nsight's CUPTI is active") as s:
-    ENV.require("profiler")
-    n = SIZES[0]
-    here = cuda_events_seen(n)
-    print(f"  this process ({IN_SIDE['tool'] if IN_SIDE else IN_PROCESS} backend): "
-          f"torch.profiler recorded {here} CUDA events for 5 matmuls")
-    plain = child.run_json(ncu_cli.write_script(PLAIN_SCRIPT, "plain_profiler.py", OUT_DIR), [str(n)], timeout=180)
-    print(f"  a child without nsight: {plain.result['cuda_events']} CUDA events "
-          f"({', '.join(k[:50] for k in plain.result['names'])})")
-    nt.claim(plain.result["cuda_events"] >= 5, "without nsight, torch.profiler sees at least one kernel per matmul",
-             f"{plain.result['cuda_events']} events")
-    if IN_PROCESS == "cupti":
-        nt.claim(here == 0, "with nsight's CUPTI backend active, torch.profiler records no CUDA event", f"{here}")
-        df = add_bench(fresh_prefix(), runs=3)(configs=[N_ADD]).to_dataframe()
-        nt.claim(len(df) == 1, "nsight-python's CUPTI backend still measures afterwards",
-                 f"add {df.AvgValue.iloc[0] / 1e3:.2f} us")
-        s.result = f"torch.profiler: {here} CUDA events beside nsight's CUPTI, {plain.result['cuda_events']} without nsight"
-    else:
-        if CUPTI_CHILD is None:
-            raise nt.Skip("CUPTI's side runs in the child process started by section 5, which did not run",
-                          "see section 5's reason above; " + CUPTI_REMEDY, needs="cupti")
-        print(f"  a child with nsight's CUPTI backend active: {CUPTI_CHILD['cuda_events']} CUDA events")
-        s.result = (f"torch.profiler: {here} CUDA events beside Nsight Compute, {CUPTI_CHILD['cuda_events']} beside "
-                    f"nsight's CUPTI (child), {plain.result['cuda_events']} without nsight")
-
-# %% [markdown]
-# ## 8. CUPTI's limits (4): a region without a kernel gives an empty table
+# ## 7. CUPTI's limits (3): a region without a kernel gives an empty table
 #
 # `y.copy_(x)` between two float32 tensors on the GPU is a **memcpy**, not a kernel. The
-# CUPTI collector records only kernel activity (`CONCURRENT_KERNEL`), so nothing is
-# attributed to the annotation; `extract_df_from_data` in `nsight/extraction.py` loops over
+# CUPTI collector times only kernels (`CONCURRENT_KERNEL` activity records, tied to the
+# annotation through their launch calls), so nothing is attributed to the annotation; `extract_df_from_data` in `nsight/extraction.py` loops over
 # the annotations that have kernels -- none -- and returns an empty frame. Its
 # "No kernels were profiled" error is only raised for an annotation that is *present* with
 # no data, so no error is raised at all: the frame has all its columns and no rows, and
@@ -819,7 +750,7 @@ def copy_region(n: int, dtype: str) -> None:
         y.copy_(x)  # float32 -> float32: a memcpy; float32 -> float16: a conversion kernel
 
 
-with nt.section("8. CUPTI's limits (4): a region without a kernel gives an empty table") as s:
+with nt.section("7. CUPTI's limits (3): a region without a kernel gives an empty table") as s:
     ENV.require("profiler")
     if IN_PROCESS == "cupti":
         plain_copy = copy_region(configs=[(1 << 20, "float32")])
@@ -854,6 +785,76 @@ with nt.section("8. CUPTI's limits (4): a region without a kernel gives an empty
         nt.claim(CUPTI_CHILD["copy_rows"] == 0, "under CUPTI a memcpy-only region yields an empty DataFrame")
         s.result = ("memcpy region: Nsight Compute " + ("raised" if plain_copy is None else "gave an empty table")
                     + ", CUPTI (child) an empty DataFrame; measured() names it")
+
+# %% [markdown]
+# ## 8. CUPTI's limits (4): `torch.profiler` goes blind while nsight's CUPTI is active
+#
+# `torch.profiler` records CUDA kernels through CUPTI too, and nsight-python's CUPTI
+# backend holds CUPTI from `nsight.activate(nsight.Tool.CUPTI)` until `nsight.deactivate()`
+# (it subscribes in `cupti.init()`). In one process the two do not share it: with the
+# backend active, `torch.profiler` records no CUDA events -- and nsight-python keeps
+# working. The same five matmuls in a child process without nsight show what
+# `torch.profiler` normally sees.
+#
+# Under the Nsight Compute backend this notebook does not predict the in-process count: it
+# prints what it sees. This section comes last on purpose: whatever a second profiler does
+# to the process's CUPTI state cannot affect the measurements above.
+
+# %%
+PLAIN_SCRIPT = textwrap.dedent('''
+    import json, sys
+    import torch  # no nsight in this process: torch.profiler has CUPTI to itself
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    n = int(sys.argv[1])
+    a = torch.randn(n, n, device="cuda")
+    _ = a @ a
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            _ = a @ a
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+    print("NSPY_RESULT " + json.dumps({"cuda_events": len(kernels), "names": sorted(set(kernels))}))
+''')
+
+
+def cuda_events_seen(n: int) -> int:
+    """How many CUDA (device) events torch.profiler records for five n x n matmuls in this process."""
+    a = torch.randn(n, n, device="cuda")
+    _ = a @ a
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            _ = a @ a
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
+
+
+with nt.section("8. CUPTI's limits (4): torch.profiler sees nothing while nsight's CUPTI is active") as s:
+    ENV.require("profiler")
+    n = SIZES[0]
+    here = cuda_events_seen(n)
+    print(f"  this process ({IN_SIDE['tool'] if IN_SIDE else IN_PROCESS} backend): "
+          f"torch.profiler recorded {here} CUDA events for 5 matmuls")
+    plain = child.run_json(ncu_cli.write_script(PLAIN_SCRIPT, "plain_profiler.py", OUT_DIR), [str(n)], timeout=180)
+    print(f"  a child without nsight: {plain.result['cuda_events']} CUDA events "
+          f"({', '.join(k[:50] for k in plain.result['names'])})")
+    nt.claim(plain.result["cuda_events"] >= 5, "without nsight, torch.profiler sees at least one kernel per matmul",
+             f"{plain.result['cuda_events']} events")
+    if IN_PROCESS == "cupti":
+        nt.claim(here == 0, "with nsight's CUPTI backend active, torch.profiler records no CUDA event", f"{here}")
+        df = add_bench(fresh_prefix(), runs=3)(configs=[N_ADD]).to_dataframe()
+        nt.claim(len(df) == 1, "nsight-python's CUPTI backend still measures afterwards",
+                 f"add {df.AvgValue.iloc[0] / 1e3:.2f} us")
+        s.result = f"torch.profiler: {here} CUDA events beside nsight's CUPTI, {plain.result['cuda_events']} without nsight"
+    else:
+        if CUPTI_CHILD is None:
+            raise nt.Skip("CUPTI's side runs in the child process started by section 5, which did not run",
+                          "see section 5's reason above; " + CUPTI_REMEDY, needs="cupti")
+        print(f"  a child with nsight's CUPTI backend active: {CUPTI_CHILD['cuda_events']} CUDA events")
+        s.result = (f"torch.profiler: {here} CUDA events beside Nsight Compute, {CUPTI_CHILD['cuda_events']} beside "
+                    f"nsight's CUPTI (child), {plain.result['cuda_events']} without nsight")
 
 # %% [markdown]
 # ## Takeaways
