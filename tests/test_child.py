@@ -1,0 +1,61 @@
+"""Specifications for nspy_tutorial.child (a script in a fresh process, one JSON result back)."""
+
+import pytest
+
+from nspy_tutorial import child, ncu_cli
+
+
+def test_parse_result_takes_the_last_marked_line_among_other_output():
+    stdout = '==PROF== Connected\nNSPY_RESULT {"a": 1}\n"ID","x"\nNSPY_RESULT {"a": 2}\n==PROF== done\n'
+    assert child.parse_result(stdout) == {"a": 2}
+
+
+def test_parse_result_without_a_marked_line_is_a_clear_error():
+    with pytest.raises(child.ChildError, match="no line starting with 'NSPY_RESULT'"):
+        child.parse_result("hello\n")
+
+
+def test_parse_result_rejects_broken_json_and_non_objects():
+    with pytest.raises(child.ChildError, match="not JSON"):
+        child.parse_result("NSPY_RESULT {oops\n")
+    with pytest.raises(child.ChildError, match="not a JSON object"):
+        child.parse_result("NSPY_RESULT [1, 2]\n")
+
+
+def test_run_json_returns_the_result_and_the_wall_time(tmp_path):
+    script = ncu_cli.write_script(
+        "import json, sys\nprint('noise')\nprint('NSPY_RESULT ' + json.dumps({'args': sys.argv[1:]}))\n",
+        "ok.py", str(tmp_path),
+    )
+    run = child.run_json(script, ["7", "x"])
+    assert run.result == {"args": ["7", "x"]}
+    assert run.seconds > 0
+
+
+def test_run_json_passes_extra_variables_and_drops_the_injection_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("NVTX_INJECTION64_PATH", "/x/libcupti.so")
+    script = ncu_cli.write_script(
+        "import json, os\nprint('NSPY_RESULT ' + json.dumps({'inj': os.environ.get('NVTX_INJECTION64_PATH'),"
+        " 'flag': os.environ.get('NSPY_NCU_INIT_AT_IMPORT')}))\n",
+        "env.py", str(tmp_path),
+    )
+    run = child.run_json(script, env={"NSPY_NCU_INIT_AT_IMPORT": "0"})
+    assert run.result == {"inj": None, "flag": "0"}
+
+
+def test_run_json_reports_a_failing_child_with_its_last_lines(tmp_path):
+    script = ncu_cli.write_script("import sys\nprint('about to fail')\nsys.exit(3)\n", "bad.py", str(tmp_path))
+    with pytest.raises(child.ChildError, match=r"exited 3[\s\S]*about to fail"):
+        child.run_json(script)
+
+
+def test_run_json_reports_a_child_that_printed_no_result(tmp_path):
+    script = ncu_cli.write_script("print('forgot the result')\n", "silent.py", str(tmp_path))
+    with pytest.raises(child.ChildError, match=r"no line starting[\s\S]*forgot the result"):
+        child.run_json(script)
+
+
+def test_run_json_stops_a_child_that_runs_too_long(tmp_path):
+    script = ncu_cli.write_script("import time\ntime.sleep(30)\n", "slow.py", str(tmp_path))
+    with pytest.raises(child.ChildError, match="longer than 1 s"):
+        child.run_json(script, timeout=1)
