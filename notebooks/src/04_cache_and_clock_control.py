@@ -11,8 +11,8 @@
 #   (`gpc__cycles_elapsed.avg.per_second`) -- `ComputeClock` is only the rating;
 # - what to do when nsight-python's Nsight Compute backend is not available: run the
 #   `ncu` command line on a script, and flush the L2 by hand under CUPTI;
-# - why a stream can beat the datasheet's bandwidth: the device's own peak, from its
-#   memory clock and bus width, and the bytes the DRAM really moved.
+# - which ceiling to set a memory stream against: the datasheet's rounded bandwidth or
+#   the device's own (memory clock × bus width), and what the DRAM counters add.
 #
 # The experiment streams through a vector (`y = x * 2`) at two sizes chosen from **your
 # GPU's L2 size**: one that fits in L2 (a quarter of it) and one far above (8×).
