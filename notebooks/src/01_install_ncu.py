@@ -181,10 +181,9 @@ with nt.section("4. Find ncu with dpkg -L") as s:
     if shutil.which("dpkg-query") is None:
         raise nt.Skip("no dpkg here: this is not a Debian/Ubuntu system",
                       "look for ncu under /opt/nvidia/nsight-compute/<version>/ or in your package manager's file list")
-    listed = run(["dpkg", "-l", "nsight-compute-*"])  # "ii" = installed
-    packages = [line.split()[1].split(":")[0] for line in listed.stdout.splitlines() if line.startswith("ii ")]
-    print(textwrap.indent("\n".join(l for l in listed.stdout.splitlines() if l.startswith("ii ")) or
-                          "(no nsight-compute-* package installed)", "  "))
+    listed = run(["dpkg-query", "-W", "-f", "${Package} ${Status};", "nsight-compute-*"])  # which are installed
+    packages = [entry.split()[0] for entry in listed.stdout.split(";") if entry.strip().endswith(" installed")]
+    print(f"  installed: {packages or 'no nsight-compute-* package'}")
     DPKG_NCU = {}
     for package in packages:
         files = run(["dpkg", "-L", package]).stdout.splitlines()
