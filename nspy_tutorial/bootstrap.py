@@ -12,6 +12,13 @@ Order matters, so it is all here:
 7. Only then touch CUDA (torch) to read the device's facts, and print one banner.
 
 Calling ``setup`` again in the same kernel is harmless: it reprints the banner.
+
+Notebook 01 teaches these steps, so there the reader runs them as cells:
+``setup("01_install_ncu", steps="manual")`` only does steps 1-3 without installing
+(it probes: GPU, ncu installs) and touches nothing else; the notebook's cells install,
+put ncu on PATH, preload libcupti, ``import nsight`` and activate a backend in the
+open; then ``setup.finish()`` reads what they did (active tool, ncu, libcupti), reads
+the device's facts and prints the banner once.
 ``NSPY_TUTORIAL_BACKEND=cupti`` skips Nsight Compute and goes straight to CUPTI.
 """
 
@@ -105,6 +112,7 @@ class Environment:
 
 
 _ENV: Environment | None = None
+_PENDING: Environment | None = None  # setup(steps="manual") before setup.finish()
 
 
 def on_colab() -> bool:
@@ -164,13 +172,28 @@ def decide_ncu(installs: list[backend.NcuInstall], has_gpu: bool) -> tuple[backe
     return chosen, None
 
 
-def setup(notebook: str) -> Environment:
-    """Prepare this kernel for profiling and print the environment banner."""
-    global _ENV
+STEPS = ("auto", "manual")
+
+
+def setup(notebook: str, *, steps: str = "auto") -> Environment:
+    """Prepare this kernel for profiling and print the environment banner.
+
+    ``steps="manual"`` (notebook 01) only probes -- GPU through NVML, the ncu installs --
+    and returns a provisional Environment without a backend; the notebook's cells then
+    do the install, PATH, libcupti and ``import nsight`` steps themselves, and
+    ``setup.finish()`` records the result.
+    """
+    global _ENV, _PENDING
+    if steps not in STEPS:
+        raise ValueError(f"setup(): steps must be one of {', '.join(STEPS)}, got {steps!r}")
     sections.set_notebook(notebook)
     if _ENV is not None:
         _ENV.notebook = notebook
-        print_banner(_ENV)
+        if steps == "manual":
+            print(f"  already set up in this kernel (backend {_ENV.backend or 'none'}); "
+                  "the cells below check each step again and setup.finish() reprints the banner")
+        else:
+            print_banner(_ENV)
         return _ENV
     if cuda_already_initialised():
         raise CudaAlreadyInitialised(
@@ -182,6 +205,22 @@ def setup(notebook: str) -> Environment:
     gpu_name, driver, gpu_problem = probe_gpu()
     installs = backend.find_ncu_installs()
     chosen, ncu_problem = decide_ncu(installs, gpu_problem is None)
+    if steps == "manual":
+        _PENDING = Environment(
+            notebook=notebook,
+            on_colab=colab,
+            gpu_name=gpu_name,
+            gpu_problem=gpu_problem,
+            driver=driver,
+            ncu_path=chosen.path if chosen else None,
+            ncu_version=chosen.version if chosen else None,
+            backend=None,
+            backend_reason="not chosen yet: the cells of this notebook load it, then setup.finish() records it",
+            ncu_problem=ncu_problem,
+            cupti_problem="not activated yet",
+        )
+        print_probe(_PENDING, installs)
+        return _PENDING
     if colab and gpu_problem is None and (chosen is None or not chosen.new_enough):
         directory = install_ncu_on_colab()
         if directory:
@@ -238,12 +277,88 @@ def setup(notebook: str) -> Environment:
         ncu_problem=ncu_problem,
         cupti_problem=None if chosen_backend == "cupti" else cupti_problem,
     )
-    if gpu_problem is None:
-        env.facts = device_facts()  # first CUDA use, after nsight
+    return _complete(env)
+
+
+def _complete(env: Environment) -> Environment:
+    """Read the device's facts (the first CUDA use, after nsight), keep and print ``env``."""
+    global _ENV, _PENDING
+    if env.has_gpu:
+        env.facts = device_facts()
         env.datasheet = datasheet_for(env.facts.name)
-    _ENV = env
+    _ENV, _PENDING = env, None
     print_banner(env)
     return env
+
+
+def print_probe(env: Environment, installs: list[backend.NcuInstall]) -> None:
+    """The few lines ``setup(steps="manual")`` prints: what it found, and that it did nothing else."""
+    found = ", ".join(f"{i.path} ({backend.version_text(i.version)})" for i in installs) or "none"
+    print(f"setup({env.notebook!r}, steps='manual'): probed only, nothing installed, loaded or imported")
+    print(f"  GPU (NVML, CUDA not started): {env.gpu_name or 'none -- ' + str(env.gpu_problem)}")
+    print(f"  ncu found: {found}")
+    print("  The cells below take each step in the open; setup.finish() records what they did "
+          "and prints the environment banner.")
+
+
+def finish() -> Environment:
+    """Record what notebook 01's cells did and print the environment banner (once).
+
+    Reads, without changing anything: the ncu installs (after the install and PATH
+    cells), nsight-python's active tool and why Nsight Compute did not load, and why
+    the CUPTI backend is not active when it is not. Then the device's facts.
+    """
+    base = _PENDING or _ENV
+    if base is None:
+        raise RuntimeError('setup.finish(): call nt.setup("01_install_ncu", steps="manual") first')
+    if base.has_gpu and "nsight" not in sys.modules:
+        raise RuntimeError(
+            "setup.finish(): `import nsight` has not run yet; run the cell that imports it "
+            "first (reading the device's facts starts CUDA, which must come after nsight)"
+        )
+    chosen, ncu_problem = decide_ncu(backend.find_ncu_installs(), base.has_gpu)
+    library = backend.find_cupti_library()
+    cupti_problem = backend.cupti_problem(library, backend.cupti_python_available())
+    if not base.has_gpu:
+        cupti_problem = "no GPU"
+    chosen_backend, reason, ncu_problem, cupti_problem = _read_backend(ncu_problem, cupti_problem)
+    env = dataclasses.replace(
+        base,
+        ncu_path=chosen.path if chosen else None,
+        ncu_version=chosen.version if chosen else None,
+        backend=chosen_backend,
+        backend_reason=reason,
+        ncu_problem=ncu_problem,
+        cupti_problem=cupti_problem,
+        facts=None,
+        datasheet=None,
+    )
+    return _complete(env)
+
+
+def _read_backend(ncu_problem: str | None, cupti_problem: str | None) -> tuple[str | None, str, str | None, str | None]:
+    """(backend, reason, ncu_problem, cupti_problem) from nsight's state in this process."""
+    nsight = sys.modules.get("nsight")
+    if nsight is None:
+        return None, "nsight is not imported", ncu_problem, cupti_problem
+    from nsight.collection import ncu as nsight_ncu
+
+    active = nsight.get_active_tool()
+    if active == nsight.Tool.NCU:
+        return "ncu", "Nsight Compute loaded at `import nsight`", None, cupti_problem
+    if nsight_ncu.injection_load_error is not None:
+        ncu_problem = first_line(str(nsight_ncu.injection_load_error))
+    elif os.environ.get("NSPY_NCU_INIT_AT_IMPORT") == "0":
+        ncu_problem = "not tried: NSPY_NCU_INIT_AT_IMPORT=0 at `import nsight`"
+    reason = f"Nsight Compute is not active ({ncu_problem})"
+    if active == nsight.Tool.CUPTI:
+        return "cupti", reason + "; CUPTI backend active (kernel durations only)", ncu_problem, None
+    if cupti_problem is None:
+        cupti_problem = "not activated: nsight.activate(nsight.Tool.CUPTI) was not called"
+    return None, reason + f"; CUPTI not active ({cupti_problem})", ncu_problem, cupti_problem
+
+
+setup.finish = finish  # type: ignore[attr-defined]
 
 
 def _package_version(name: str) -> str:

@@ -27,14 +27,14 @@ NO_GPU = (None, None, "no NVIDIA driver or GPU found (test)")
 def fresh_bootstrap(monkeypatch: pytest.MonkeyPatch):
     """No cached Environment; environment variables setup() reads or writes restored."""
     old_notebook = sections._NOTEBOOK["name"]
-    bootstrap._ENV = None
+    bootstrap._ENV = bootstrap._PENDING = None
     # setenv first so that monkeypatch restores (or removes) what setup() writes.
     monkeypatch.setenv("NSPY_NCU_INIT_AT_IMPORT", "0")
     monkeypatch.setenv("PATH", os.environ.get("PATH", ""))
     for name in ("NSPY_TUTORIAL_BACKEND", "COLAB_RELEASE_TAG", "NSPY_TUTORIAL_STRICT", "NSPY_TUTORIAL_REQUIRE"):
         monkeypatch.delenv(name, raising=False)
     yield
-    bootstrap._ENV = None
+    bootstrap._ENV = bootstrap._PENDING = None
     sections.set_notebook(old_notebook)
 
 
@@ -342,3 +342,122 @@ def test_banner_lines_show_the_ncu_version_path_and_backend():
     lines = banner_lines(make_env())
     assert f"ncu          2026.2.1.0  {NEW_NCU.path}" in lines
     assert "backend      ncu -- Nsight Compute loaded at `import nsight`" in lines
+
+
+# --------------------------------------------------------------------------
+# setup(steps="manual") and setup.finish(): notebook 01 does the steps in its cells
+# --------------------------------------------------------------------------
+
+
+def fake_nsight(active: str | None, load_error: Exception | None = None) -> dict[str, types.ModuleType]:
+    """sys.modules entries for an imported nsight whose active tool is ``active``."""
+    nsight = types.ModuleType("nsight")
+    tool = types.SimpleNamespace(NCU="ncu", CUPTI="cupti")
+    nsight.Tool = tool  # type: ignore[attr-defined]
+    nsight.get_active_tool = lambda: {"ncu": tool.NCU, "cupti": tool.CUPTI, None: None}[active]  # type: ignore[attr-defined]
+    collection = types.ModuleType("nsight.collection")
+    ncu = types.ModuleType("nsight.collection.ncu")
+    ncu.injection_load_error = load_error  # type: ignore[attr-defined]
+    collection.ncu = ncu  # type: ignore[attr-defined]
+    return {"nsight": nsight, "nsight.collection": collection, "nsight.collection.ncu": ncu}
+
+
+def test_setup_rejects_unknown_steps(monkeypatch):
+    with pytest.raises(ValueError, match="'all'"):
+        bootstrap.setup("01_first", steps="all")
+
+
+def test_manual_setup_only_probes_and_prints_no_banner(monkeypatch, capsys):
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab")  # even on Colab: nothing is installed
+    monkeypatch.delenv("NSPY_NCU_INIT_AT_IMPORT")
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: ("Tesla T4", "580.00", None))
+    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [OLD_NCU])
+    forbidden = lambda *a, **k: pytest.fail("manual setup must not install, preload or read device facts")
+    monkeypatch.setattr(bootstrap, "install_ncu_on_colab", forbidden)
+    monkeypatch.setattr(backend, "preload_cupti", forbidden)
+    monkeypatch.setattr(backend, "put_first_on_path", forbidden)
+    monkeypatch.setattr(bootstrap, "device_facts", forbidden)
+    env = bootstrap.setup("01_install_ncu", steps="manual")
+    out = capsys.readouterr().out
+    assert env.has_gpu and env.backend is None and env.facts is None
+    assert env.ncu_path == OLD_NCU.path and "2025.3.1.0" in (env.ncu_problem or "")
+    assert "Environment  (" not in out and "probed only" in out
+    assert "NSPY_NCU_INIT_AT_IMPORT" not in os.environ  # not even this: the notebook decides
+    assert bootstrap._ENV is None and bootstrap._PENDING is env
+
+
+def test_finish_without_manual_setup_says_what_to_call():
+    with pytest.raises(RuntimeError, match='steps="manual"'):
+        bootstrap.setup.finish()
+
+
+def test_finish_with_a_gpu_refuses_before_nsight_is_imported(monkeypatch):
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: ("Tesla T4", "580.00", None))
+    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [])
+    bootstrap.setup("01_install_ncu", steps="manual")
+    monkeypatch.delitem(sys.modules, "nsight", raising=False)
+    with pytest.raises(RuntimeError, match="import nsight"):
+        bootstrap.setup.finish()
+
+
+def test_finish_records_the_cupti_backend_the_cells_activated(monkeypatch, capsys):
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: ("NVIDIA H200", "580.00", None))
+    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [OLD_NCU])
+    bootstrap.setup("01_install_ncu", steps="manual")
+    capsys.readouterr()
+    error = RuntimeError("NVIDIA Nsight Compute 2026.2.1.0 or later is required, but found 2025.3.1.0.\nmore")
+    for name, module in fake_nsight("cupti", error).items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(bootstrap, "device_facts", lambda: facts("NVIDIA H200", (9, 0)))
+    env = bootstrap.setup.finish()
+    out = capsys.readouterr().out
+    assert env.backend == "cupti" and env.cupti_problem is None
+    assert env.ncu_problem == "NVIDIA Nsight Compute 2026.2.1.0 or later is required, but found 2025.3.1.0."
+    assert "CUPTI backend active" in env.backend_reason
+    assert env.facts is not None and env.datasheet is not None and env.datasheet.gpu == "H200 SXM"
+    assert out.count("Environment  (01_install_ncu)") == 1
+    assert bootstrap._ENV is env and bootstrap._PENDING is None
+
+
+def test_finish_records_nsight_compute_when_it_loaded(monkeypatch):
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: ("Tesla T4", "580.00", None))
+    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [NEW_NCU])
+    bootstrap.setup("01_install_ncu", steps="manual")
+    for name, module in fake_nsight("ncu").items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(bootstrap, "device_facts", lambda: facts())
+    env = bootstrap.setup.finish()
+    assert (env.backend, env.ncu_problem, env.ncu_path) == ("ncu", None, NEW_NCU.path)
+
+
+def test_finish_says_nsight_compute_was_not_tried_with_init_at_import_0(monkeypatch):
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: ("Tesla T4", "580.00", None))
+    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [NEW_NCU])
+    monkeypatch.setattr(backend, "cupti_python_available", lambda: True)
+    monkeypatch.setattr(backend, "find_cupti_library", lambda: backend.CuptiLibrary("/x/libcupti.so.13", (13, 4, 0)))
+    bootstrap.setup("01_install_ncu", steps="manual")
+    for name, module in fake_nsight(None).items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(bootstrap, "device_facts", lambda: facts())
+    env = bootstrap.setup.finish()  # the fixture set NSPY_NCU_INIT_AT_IMPORT=0
+    assert env.backend is None
+    assert env.ncu_problem == "not tried: NSPY_NCU_INIT_AT_IMPORT=0 at `import nsight`"
+    assert env.cupti_problem == "not activated: nsight.activate(nsight.Tool.CUPTI) was not called"
+
+
+def test_finish_without_gpu_gives_no_backend_and_the_change_runtime_banner(monkeypatch, capsys):
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: NO_GPU)
+    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [])
+    bootstrap.setup("01_install_ncu", steps="manual")
+    env = bootstrap.setup.finish()
+    assert env.backend is None and env.cupti_problem == "no GPU" and env.facts is None
+    assert "Change runtime type" in capsys.readouterr().out
+
+
+def test_manual_setup_again_after_finish_returns_the_environment_without_a_banner(monkeypatch, capsys):
+    env = run_setup_without_gpu(monkeypatch, "01_install_ncu")
+    capsys.readouterr()
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: pytest.fail("probed again"))
+    assert bootstrap.setup("01_install_ncu", steps="manual") is env
+    out = capsys.readouterr().out
+    assert "Environment  (" not in out and "already set up" in out

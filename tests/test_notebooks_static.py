@@ -8,6 +8,8 @@ the setup cell, and closing with the summary.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import re
 import subprocess
 import sys
@@ -29,6 +31,11 @@ SECTION_NAME = re.compile(r"""\bnt\.section\(\s*(?P<q>["'])(?P<name>.*?)(?P=q)\s
 SETUP_CALL = re.compile(r"\bnt\.setup\(")
 TORCH_IMPORT = re.compile(r"^\s*(import\s+torch\b|from\s+torch\b)", re.MULTILINE)
 SUMMARY_CALL = re.compile(r"\bnt\.summary\(\)")
+# Notebook 01 teaches the setup steps, so its setup cell only probes and its cells do the rest.
+MANUAL_SETUP = {"01_install_ncu"}
+# Helpers a notebook must not import: what they did is the lesson, so the notebook defines it.
+RETIRED = {"tflops", "sum_kernels", "profile_per_config", "kernel_counts", "predicted_kernel_count_error"}
+DOCS = "https://docs.nvidia.com/nsight-python/"
 
 each_notebook = pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 
@@ -100,9 +107,12 @@ def test_first_markdown_cell_says_what_you_will_learn(path):
 def test_first_code_cell_is_setup_for_this_notebook(path):
     cells = code_cells(read(path))
     assert cells, f"{path.name} has no code cells"
-    assert f'nt.setup("{path.stem}")' in cells[0].source, (
-        f"{path.name}: the first code cell must call nt.setup(\"{path.stem}\")"
-    )
+    if path.stem in MANUAL_SETUP:
+        call = f'nt.setup("{path.stem}", steps="manual")'
+    else:
+        call = f'nt.setup("{path.stem}")'
+        assert "steps=" not in cells[0].source, f"{path.name}: only notebook 01 does the setup steps by hand"
+    assert call in cells[0].source, f"{path.name}: the first code cell must call {call}"
 
 
 @each_notebook
@@ -157,3 +167,114 @@ def test_generated_notebooks_in_sync_with_sources():
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def code(path: Path) -> str:
+    return "\n".join(cell.source for cell in code_cells(read(path)))
+
+
+def markdown(path: Path) -> str:
+    return "\n".join(cell.source for cell in read(path).cells if cell.cell_type == "markdown")
+
+
+def trees(path: Path) -> list[ast.AST]:
+    return [ast.parse(cell.source) for cell in code_cells(read(path))]
+
+
+def first_cell_with(cells: list[nbformat.NotebookNode], pattern: str) -> int | None:
+    found = [i for i, cell in enumerate(cells) if re.search(pattern, cell.source, re.MULTILINE)]
+    return found[0] if found else None
+
+
+@each_notebook
+def test_no_notebook_imports_the_retired_helpers(path):
+    bad = []
+    for tree in trees(path):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nspy_tutorial"):
+                bad += [alias.name for alias in node.names if alias.name in RETIRED or alias.name == "profiling"]
+                if node.module == "nspy_tutorial.profiling":
+                    bad.append(node.module)
+            elif isinstance(node, ast.Import):
+                bad += [alias.name for alias in node.names if alias.name == "nspy_tutorial.profiling"]
+    assert bad == [], f"{path.name} imports {bad}: define what the lesson teaches in the notebook"
+
+
+@each_notebook
+def test_derive_and_combine_functions_are_defined_in_the_notebook(path):
+    defined = {node.name for tree in trees(path) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    bad = []
+    for tree in trees(path):
+        for node in ast.walk(tree):
+            for kw in getattr(node, "keywords", []) if isinstance(node, ast.Call) else []:
+                if kw.arg in ("derive_metric", "combine_kernel_metrics"):
+                    if not (isinstance(kw.value, ast.Lambda) or (isinstance(kw.value, ast.Name) and kw.value.id in defined)):
+                        bad.append(f"{kw.arg}={ast.unparse(kw.value)}")
+    assert bad == [], f"{path.name}: {bad} must be functions written in the notebook"
+
+
+@each_notebook
+def test_results_are_not_cut_with_slices(path):
+    bad = []
+    for tree in trees(path):
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "result" for t in node.targets)):
+                for inner in ast.walk(node.value):
+                    if isinstance(inner, ast.Slice) and inner.upper is not None:
+                        bad.append(ast.unparse(node)[:80])
+    assert bad == [], f"{path.name}: a result cut by a slice can end mid-word: {bad}"
+
+
+@each_notebook
+def test_every_notebook_that_measures_states_whose_rules(path):
+    source = code(path)
+    if "nsight.analyze.kernel" in source or "profile_script(" in source:
+        assert "nt.rules(" in source, f"{path.name} measures but never prints nt.rules(...)"
+
+
+@each_notebook
+def test_ends_with_try_it_and_the_nsight_python_docs(path):
+    text = markdown(path)
+    assert re.search(r"^#+ Try it", text, re.MULTILINE), f"{path.name}: no 'Try it' section"
+    assert DOCS in text, f"{path.name}: no link to the nsight-python docs ({DOCS})"
+
+
+def notebook_01() -> Path:
+    return NOTEBOOKS_DIR / "01_install_ncu.ipynb"
+
+
+def test_01_setup_cell_installs_the_helpers_from_the_same_repository_as_the_others():
+    spec = importlib.util.spec_from_file_location("build_notebooks", ROOT / "scripts" / "build_notebooks.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)  # type: ignore[union-attr]
+    assert f"git+https://github.com/{build.REPO}" in code_cells(read(notebook_01()))[0].source
+
+
+def test_01_does_the_install_and_import_steps_in_its_own_code_cells():
+    cells = code_cells(read(notebook_01()))[1:]  # after the setup cell
+    steps = ["nvidia-smi", 'shutil.which("ncu")', '"--version"', '"apt-get", "install"', '"dpkg-query", "-W"',
+             '"dpkg", "-L"', '.endswith("/ncu")', 'os.environ["PATH"] =', "ctypes.CDLL(", "ctypes.RTLD_GLOBAL",
+             "import nsight", "nsight.get_active_tool()", "injection_load_error",
+             "nsight.activate(nsight.Tool.CUPTI)", "NSPY_NCU_INIT_AT_IMPORT", "nt.setup.finish()"]
+    text = "\n".join(cell.source for cell in cells)
+    missing = [step for step in steps if step not in text]
+    assert missing == [], f"01 must show these steps in code cells: {missing}"
+
+
+def test_01_loads_libcupti_before_nsight_and_nsight_before_torch():
+    cells = code_cells(read(notebook_01()))
+    preload = first_cell_with(cells, r"ctypes\.CDLL\(.*RTLD_GLOBAL")
+    nsight = first_cell_with(cells, r"^\s*import nsight\b")
+    finish = first_cell_with(cells, r"nt\.setup\.finish\(\)")
+    torch = first_cell_with(cells, TORCH_IMPORT.pattern)
+    assert None not in (preload, nsight, finish, torch), (preload, nsight, finish, torch)
+    assert preload < nsight < finish < torch, (
+        f"01 must preload libcupti (cell {preload}), then import nsight ({nsight}), then record it "
+        f"({finish}), and only then import torch ({torch})"
+    )
+
+
+def test_01_prints_the_banner_once():
+    text = code(notebook_01())
+    assert text.count("nt.setup.finish()") == 1
+    assert "print_banner" not in text

@@ -10,7 +10,9 @@
 # - how to measure the clock a kernel really ran at
 #   (`gpc__cycles_elapsed.avg.per_second`) -- `ComputeClock` is only the rating;
 # - what to do when nsight-python's Nsight Compute backend is not available: run the
-#   `ncu` command line on a script, and flush the L2 by hand under CUPTI.
+#   `ncu` command line on a script, and flush the L2 by hand under CUPTI;
+# - which ceiling to set a memory stream against: the datasheet's rounded bandwidth or
+#   the device's own (memory clock × bus width), and what the DRAM counters add.
 #
 # The experiment streams through a vector (`y = x * 2`) at two sizes chosen from **your
 # GPU's L2 size**: one that fits in L2 (a quarter of it) and one far above (8×).
@@ -25,25 +27,88 @@
 {{SETUP}}
 
 # %%
-import os
-import tempfile
 import textwrap
 
 import matplotlib.pyplot as plt
 import nsight
-import numpy as np
 import pandas as pd
 import torch
 
 from nspy_tutorial import ncu_cli
-from nspy_tutorial.profiling import sum_kernels
 
-SILENT = nsight.VerbosityLevel.SILENT
+SILENT = nsight.VerbosityLevel.SILENT  # every profile here is silent; notebook 02 shows nsight's output
 TIME, SM_HZ = "gpu__time_duration.sum", "gpc__cycles_elapsed.avg.per_second"
+DRAM_RATE, DRAM_WRITE = "dram__bytes.sum.per_second", "dram__bytes_write.sum"  # what the DRAM really moved
 if ENV.facts:
     L2 = ENV.facts.l2_bytes
     SMALL, LARGE = L2 // 4 // 4, 8 * L2 // 4  # float32 elements: L2/4 and 8 x L2 bytes
     print(f"L2 = {L2 / 2**20:.0f} MiB -> small vector {4 * SMALL / 2**20:.1f} MiB, large {4 * LARGE / 2**20:.0f} MiB")
+
+
+def dram_peak_gbs(facts) -> float | None:
+    """The device's own theoretical DRAM bandwidth: 2 transfers per memory clock x bus width.
+    NVML gives both numbers; None if it did not."""
+    if facts is None or not facts.max_mem_clock_mhz or not facts.memory_bus_width_bits:
+        return None
+    return 2 * facts.max_mem_clock_mhz * 1e6 * facts.memory_bus_width_bits / 8 / 1e9
+
+
+PEAK_GBS = dram_peak_gbs(ENV.facts)
+SCALE = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def in_base_units(value: float, unit: str) -> float:
+    """Nsight Compute may print a metric in a scaled unit (usecond, Mbyte, Gbyte/second,
+    cycle/nsecond): return nanoseconds for a duration, bytes, or a rate per second."""
+    if unit in ("ns", "nsecond"):
+        return value
+    num, _, den = unit.partition("/")
+    prefix = lambda part, base: SCALE[part[: len(part) - len(base)]]  # "Mbyte" -> 1e6
+    if not den and num.endswith("second"):
+        return value * prefix(num, "second") * 1e9
+    if not den and num.endswith("byte"):
+        return value * prefix(num, "byte")
+    if not den and num.lower().endswith("hz"):
+        return value * SCALE[num[:-2].upper()]
+    if den.endswith("second") and (num == "cycle" or num.endswith("byte")):
+        return value * (1.0 if num == "cycle" else prefix(num, "byte")) / prefix(den, "second")
+    raise ValueError(f"unexpected unit {unit!r} from Nsight Compute")
+
+
+def row(cache: str, clock: str, size: str, n: int, t_ns: float, hz: float, dram_bps: float, dram_written: float) -> dict:
+    """One line of a 2x2 table: the stream moves 4n bytes in and 4n out."""
+    return {"cache_control": cache, "clock_control": clock, "size": size, "time_us": t_ns / 1e3,
+            "GB/s": 2 * 4 * n / t_ns, "DRAM GB/s": dram_bps / 1e9,
+            "DRAM wrote / 4n": dram_written / (4 * n), "SM_MHz": hz / 1e6}
+
+
+def check_bandwidth(table: pd.DataFrame) -> str:
+    """The 8x-L2 stream against the datasheet and the device's clock-derived DRAM peak."""
+    big = table[table["size"] == "8x L2"]
+    fastest = big.loc[big["GB/s"].idxmax()]
+    sheet = ENV.datasheet.mem_bandwidth_gbs.value if ENV.datasheet else None
+    share = fastest["DRAM wrote / 4n"]
+    print(f"  8x L2 stream, fastest configuration ({fastest.cache_control}/{fastest.clock_control}): "
+          f"{fastest['GB/s']:,.0f} GB/s by the bytes the kernel moves, {fastest['DRAM GB/s']:,.0f} GB/s by the bytes "
+          f"the DRAM moved; the DRAM wrote {share:.3f} of what the kernel wrote"
+          + (" (the rest was still in L2 when the kernel ended)" if share < 1 else ""))
+    if PEAK_GBS is None:
+        print("  (NVML did not report the memory clock and bus width: no clock-derived peak)")
+        return f"8x L2 stream up to {fastest['GB/s']:,.0f} GB/s"
+    f = ENV.facts
+    print(f"  DRAM peak from the device's own numbers: 2 x {f.max_mem_clock_mhz} MHz x {f.memory_bus_width_bits} bit / 8 "
+          f"= {PEAK_GBS:,.0f} GB/s; datasheet: " + (f"{sheet:,.0f} GB/s" if sheet else "unknown"))
+    if sheet and fastest["GB/s"] > sheet:
+        print(f"  -> above the datasheet's {sheet:,.0f} GB/s, which is {100 * sheet / PEAK_GBS:.1f}% of the clock-derived "
+              "peak: the datasheet figure is rounded down")
+    nt.claim((big["DRAM GB/s"] <= PEAK_GBS).all(), "the DRAM never moved more bytes per second than its clock and bus width allow",
+             f"max {big['DRAM GB/s'].max():,.0f} vs {PEAK_GBS:,.0f} GB/s")
+    above = big[big["GB/s"] > PEAK_GBS]
+    if len(above):  # a rate above the peak is a finding: it must be explained by the data, or this fails
+        nt.claim((above["DRAM wrote / 4n"] < 1).all(), "a stream rate above the DRAM peak is explained: part of its "
+                 "output never reached DRAM during the kernel", above[["GB/s", "DRAM wrote / 4n"]].to_string())
+    return (f"8x L2 stream {fastest['GB/s']:,.0f} GB/s ({fastest['DRAM GB/s']:,.0f} by DRAM counters) vs peak "
+            f"{PEAK_GBS:,.0f} from clocks, " + (f"{sheet:,.0f} on the datasheet" if sheet else "datasheet unknown"))
 
 
 def summarise(table: pd.DataFrame) -> dict:
@@ -103,19 +168,32 @@ with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s
 # %% [markdown]
 # ## 1. The 2×2 with nsight-python (Nsight Compute backend)
 #
-# Four decorated benchmarks, one per combination. Besides the duration we collect
-# `gpc__cycles_elapsed.avg.per_second`: GPU cycles elapsed divided by the kernel's
-# duration, i.e. **the clock the kernel actually ran at**.
+# One benchmark function, profiled under each of the four combinations. Besides the
+# duration we collect `gpc__cycles_elapsed.avg.per_second`: GPU cycles elapsed divided by
+# the kernel's duration, i.e. **the clock the kernel actually ran at**; and
+# `dram__bytes.sum.per_second` and `dram__bytes_write.sum`: the rate at which the DRAM
+# really moved bytes (measured within one replay pass), and how much it wrote.
+#
+# The stream reads 4n bytes and writes 4n. Dividing those 8n bytes by the time gives the
+# usual "GB/s", and for the 8×L2 size it can be compared with the memory's peak -- but
+# which peak? The datasheet gives a rounded figure; the device's own is
+# **2 transfers per memory clock × bus width**, both reported by NVML
+# (`ENV.facts.max_mem_clock_mhz`, `ENV.facts.memory_bus_width_bits`). And at the end of
+# the kernel the last writes may still sit in L2 (write-back), so the DRAM counters can
+# show fewer bytes written than the kernel wrote. The cell prints all three and checks
+# that the DRAM never moved more than the clock-derived peak allows; a stream rate above
+# that peak would have to be explained by those counters, or the check fails.
 
 # %%
-def make_scale_bench(cache: str, clock: str):
-    @nsight.analyze.kernel(runs=10, cache_control=cache, clock_control=clock, thermal_mode="off",
-                           verbosity=SILENT, metrics=[TIME, SM_HZ])
-    def scale(n: int) -> None:
-        x = torch.randn(n, device="cuda")
-        with nsight.annotate("x * 2"):
-            _ = x * 2.0
-    return scale
+def scale(n: int) -> None:
+    x = torch.randn(n, device="cuda")
+    with nsight.annotate("x * 2"):
+        _ = x * 2.0
+
+
+def profile_scale(cache: str, clock: str):
+    return nsight.analyze.kernel(runs=10, cache_control=cache, clock_control=clock, thermal_mode="off",
+                                 verbosity=SILENT, metrics=[TIME, SM_HZ, DRAM_RATE, DRAM_WRITE])(scale)
 
 
 with nt.section("1. cache_control x clock_control with nsight-python") as s:
@@ -123,18 +201,19 @@ with nt.section("1. cache_control x clock_control with nsight-python") as s:
     rows, rated = [], []
     for cache in ("all", "none"):
         for clock in ("none", "base"):
-            df = make_scale_bench(cache, clock)(configs=[SMALL, LARGE]).to_dataframe()
+            print(f"  {cache}/{clock}: {nt.rules('ncu', cache_control=cache, clock_control=clock)}")
+            df = profile_scale(cache, clock)(configs=[SMALL, LARGE]).to_dataframe()
             rated += list(df.ComputeClock)
-            t = df[df.Metric == TIME].set_index("n").AvgValue
-            hz = df[df.Metric == SM_HZ].set_index("n").AvgValue
+            df["value"] = [in_base_units(v, u) for v, u in zip(df.AvgValue, df.Unit)]
+            m = df.pivot_table(index="n", columns="Metric", values="value")
             for n, size in ((SMALL, "fits in L2"), (LARGE, "8x L2")):
-                rows.append({"cache_control": cache, "clock_control": clock, "size": size,
-                             "time_us": t[n] / 1e3, "GB/s": 2 * 4 * n / t[n], "SM_MHz": hz[n] / 1e6})
+                rows.append(row(cache, clock, size, n, *m.loc[n, [TIME, SM_HZ, DRAM_RATE, DRAM_WRITE]]))
     NSIGHT_TABLE = pd.DataFrame(rows)
-    print(NSIGHT_TABLE.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    print(NSIGHT_TABLE.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     found = check_claims(NSIGHT_TABLE, rated)
+    bandwidth = check_bandwidth(NSIGHT_TABLE)
     s.result = (f"warm L2 {found['speedup']['fits in L2']:.2f}x faster (fits), {found['speedup']['8x L2']:.2f}x (8x L2); "
-                f"SM clock {found['mhz'][0]:.0f}-{found['mhz'][1]:.0f} MHz")
+                f"SM clock {found['mhz'][0]:.0f}-{found['mhz'][1]:.0f} MHz; {bandwidth}")
 
 # %% [markdown]
 # ## 2. The same 2×2 with the `ncu` command line
@@ -147,6 +226,8 @@ with nt.section("1. cache_control x clock_control with nsight-python") as s:
 #
 # `nspy_tutorial.ncu_cli` strips the profiler-injection variables nsight-python set in
 # this process before starting the child, so the child is profiled by its own ncu only.
+# The cell prints the exact command once. Its rules differ from nsight-python's in one
+# default: `--clock-control base` locks the clocks unless told otherwise.
 
 # %%
 SCRIPT = textwrap.dedent('''
@@ -169,28 +250,29 @@ REPS = 5
 
 with nt.section("2. cache_control x clock_control with the ncu command line") as s:
     ENV.require("ncu-cli")
-    script = os.path.join(tempfile.mkdtemp(prefix="nspy_04_"), "scale.py")
-    with open(script, "w") as f:
-        f.write(SCRIPT)
+    script = ncu_cli.write_script(SCRIPT, "scale.py")
+    print(f"  {ENV.ncu_path} (version {'.'.join(map(str, ENV.ncu_version))}); the exact command, for the first combination:")
     rows, rated, MATMUL_US = [], [], {}
     for cache in ("all", "none"):
         for clock in ("none", "base"):
             raw = ncu_cli.profile_script(ENV.ncu_path, script, [str(SMALL), str(LARGE), str(REPS)],
-                                         [TIME, SM_HZ, "device__attribute_clock_rate"], ["small", "large", "matmul"],
-                                         cache_control=cache, clock_control=clock)
-            wide = raw.pivot_table(index="ID", columns="Metric Name", values="Metric Value")
+                                         [TIME, SM_HZ, DRAM_RATE, DRAM_WRITE, "device__attribute_clock_rate"],
+                                         ["small", "large", "matmul"], cache_control=cache, clock_control=clock,
+                                         show_command=not rows)
+            print(f"  {cache}/{clock}: {nt.rules('ncu-cli', cache_control=cache, clock_control=clock)}")
+            rated += list(raw[raw["Metric Name"] == "device__attribute_clock_rate"]["Metric Value"])
+            raw = raw[raw["Metric Name"] != "device__attribute_clock_rate"]
+            raw = raw.assign(value=[in_base_units(v, u) for v, u in zip(raw["Metric Value"], raw["Metric Unit"])])
+            wide = raw.pivot_table(index="ID", columns="Metric Name", values="value")
             nt.claim(len(wide) >= 3 * REPS and (len(wide) - 2 * REPS) % REPS == 0,
                      "ncu profiled only the kernels inside the three NVTX ranges", f"{len(wide)} launches")
-            rated += list(wide["device__attribute_clock_rate"])
             MATMUL_US[(cache, clock)] = wide.iloc[2 * REPS:][TIME].sum() / REPS / 1e3
-            for size, part, n in (("fits in L2", wide.iloc[:REPS], SMALL), ("8x L2", wide.iloc[REPS:], LARGE)):
-                t = part[TIME].mean()
-                rows.append({"cache_control": cache, "clock_control": clock, "size": size,
-                             "time_us": t / 1e3, "GB/s": 2 * 4 * n / t, "SM_MHz": part[SM_HZ].mean() / 1e6})
+            for size, part, n in (("fits in L2", wide.iloc[:REPS], SMALL), ("8x L2", wide.iloc[REPS:2 * REPS], LARGE)):
+                rows.append(row(cache, clock, size, n, *part[[TIME, SM_HZ, DRAM_RATE, DRAM_WRITE]].mean()))
     CLI_TABLE = pd.DataFrame(rows)
-    print(f"  {ENV.ncu_path} (version {'.'.join(map(str, ENV.ncu_version))})")
-    print(CLI_TABLE.to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    print(CLI_TABLE.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     found = check_claims(CLI_TABLE, rated)
+    bandwidth = check_bandwidth(CLI_TABLE)
     base = CLI_TABLE[CLI_TABLE.clock_control == "base"].SM_MHz.mean()
     boost = CLI_TABLE[CLI_TABLE.clock_control == "none"].SM_MHz.mean()
     stream = CLI_TABLE[CLI_TABLE["size"] == "8x L2"].groupby("clock_control").time_us.mean()
@@ -202,7 +284,7 @@ with nt.section("2. cache_control x clock_control with the ncu command line") as
              f"{slow_mm:.2f}x vs {slow_stream:.2f}x")
     s.result = (f"ncu CLI: warm L2 {found['speedup']['fits in L2']:.2f}x faster (fits), "
                 f"{found['speedup']['8x L2']:.2f}x (8x L2); clock {boost:.0f}->{base:.0f} MHz slows matmul "
-                f"{slow_mm:.2f}x, stream {slow_stream:.2f}x")
+                f"{slow_mm:.2f}x, stream {slow_stream:.2f}x; {bandwidth}")
 
 # %% [markdown]
 # The script also runs an fp16 matmul in a third range, as a contrast: a memory-bound
@@ -243,31 +325,36 @@ with nt.section("Plot: time per configuration") as s:
 # of it fits in L2 is still there when `x * 2` runs.
 
 # %%
+# A scratch buffer twice the L2 size: writing it pushes everything else out of L2.
+SCRATCH = torch.empty(2 * L2 // 4, device="cuda") if ENV.has_gpu else None
+
+
 # cache_control="none": under the Nsight Compute backend, do not flush for us either
-@nsight.analyze.kernel(runs=20, thermal_mode="off", verbosity=SILENT, combine_kernel_metrics=sum_kernels,
-                       cache_control="none")
+@nsight.analyze.kernel(runs=20, thermal_mode="off", verbosity=SILENT, cache_control="none")
 def scale_flush(n: int, flush: bool) -> None:
     x = torch.randn(n, device="cuda")
     if flush:
-        SCRATCH.fill_(1.0)  # evict x from L2: not measured
+        SCRATCH.fill_(1.0)  # evict x from L2: not measured, it is outside the annotation
     with nsight.annotate("x * 2"):
         _ = x * 2.0
 
 
 with nt.section("3. Warm vs cold L2 by hand") as s:
     ENV.require("profiler")
-    SCRATCH = torch.empty(2 * L2 // 4, device="cuda")
     configs = [(SMALL, False), (SMALL, True), (LARGE, False), (LARGE, True)]
-    df = pd.concat([scale_flush(configs=[c]).to_dataframe() for c in configs])
+    df = pd.concat([scale_flush(configs=[c]).to_dataframe() for c in configs])  # one call per configuration
     t = df.set_index(["n", "flush"]).AvgValue
     sp_small = t[(SMALL, True)] / t[(SMALL, False)]
     sp_large = t[(LARGE, True)] / t[(LARGE, False)]
+    print(nt.rules(ENV.backend, cache_control="none"))
     for n, name in ((SMALL, "fits in L2"), (LARGE, "8x L2")):
         print(f"  {name:10s}: warm {t[(n, False)] / 1e3:8.1f} us, flushed {t[(n, True)] / 1e3:8.1f} us "
-              f"-> {2 * 4 * n / t[(n, False)]:7.0f} vs {2 * 4 * n / t[(n, True)]:7.0f} GB/s")
+              f"-> {2 * 4 * n / t[(n, False)]:7,.0f} vs {2 * 4 * n / t[(n, True)]:7,.0f} GB/s")
+    if PEAK_GBS:
+        print(f"  (the DRAM peak from this device's clocks is {PEAK_GBS:,.0f} GB/s; for the size that fits, "
+              "the warm rate is L2 bandwidth, not DRAM)")
     nt.claim(sp_small > 1.1 and sp_large < 1.1, "a warm L2 beats a flushed one only for the size that fits in L2",
              f"cold/warm: {sp_small:.2f}x (fits), {sp_large:.2f}x (8x L2)")
-    del SCRATCH
     s.result = f"{ENV.backend}: flushed/warm time {sp_small:.2f}x (fits in L2), {sp_large:.2f}x (8x L2)"
 
 # %% [markdown]
@@ -282,6 +369,24 @@ with nt.section("3. Warm vs cold L2 by hand") as s:
 #   card's rating and never moves.
 # - No Nsight Compute backend? The `ncu` CLI on a script gives the same controls, and
 #   under CUPTI you can flush the L2 yourself -- but you cannot lock clocks there.
+# - Bandwidth has two ceilings: the datasheet's rounded figure, and the device's own,
+#   2 × memory clock × bus width. Set a stream against the second, and read the DRAM
+#   counters when a number looks too good: writes can still be in L2 when the kernel ends.
+#
+# ## Try it
+#
+# - In section 3, make the scratch buffer `L2 // 4 // 4` elements (a quarter of the L2)
+#   instead of twice its size: the "flushed" time of the small vector moves back toward
+#   the warm one -- a partial flush.
+# - In section 2's script, replace `y = x * 2.0` by `x.mul_(2.0)` (in place: the same
+#   bytes, written back where they were read) and compare the 8×L2 rate and the share of
+#   its writes that reached DRAM during the kernel.
+#
+# **Docs:** [nsight-python](https://docs.nvidia.com/nsight-python/) ·
+# [`nsight.analyze.kernel`: `cache_control`, `clock_control`, `metrics`](https://docs.nvidia.com/nsight-python/analyze.html) ·
+# [Tools: what CUPTI ignores](https://docs.nvidia.com/nsight-python/tools.html) ·
+# [Nsight Compute: cache and clock control](https://docs.nvidia.com/nsight-compute/ProfilingGuide/index.html#cache-control) ·
+# source: [github.com/NVIDIA/nsight-python](https://github.com/NVIDIA/nsight-python)
 
 # %%
 nt.summary();
