@@ -186,6 +186,9 @@ def read_report(path: str, metrics: Sequence[str], nvtx_ranges: Sequence[str]) -
             rows.append(row)
     if not rows:
         raise NcuCliError(f"{path} holds no profiled kernel (did the NVTX range names match?)")
+    if nvtx_ranges and all(row["Range"] is None for row in rows):
+        raise NcuCliError(f"{path}: no launch carries any of the NVTX ranges {list(nvtx_ranges)} in its NVTX state "
+                          "(was ncu run with --nvtx?)")
     return pd.DataFrame(rows)
 
 

@@ -107,8 +107,15 @@ def test_read_report_matches_whole_names_not_substrings(fake_report):
 
 
 def test_read_report_leaves_launches_outside_the_ranges_unlabelled(fake_report):
-    fake_report([[Action("k", ["other"], {"t": 1.0})]])
-    assert ncu_cli.read_report("x", ["t"], ["r_a"])["Range"].tolist() == [None]
+    fake_report([[Action("k", ["other"], {"t": 1.0}), Action("k", ["r_a"], {"t": 1.0})]])
+    ranges = ncu_cli.read_report("x", ["t"], ["r_a"])["Range"]
+    assert ranges.isna().tolist() == [True, False] and ranges.iloc[1] == "r_a"
+
+
+def test_read_report_says_so_when_no_launch_has_nvtx_state(fake_report):
+    fake_report([[Action("k", [], {"t": 1.0})]])
+    with pytest.raises(ncu_cli.NcuCliError, match="--nvtx"):
+        ncu_cli.read_report("x", ["t"], ["r_a"])
 
 
 def test_read_report_names_a_missing_metric(fake_report):
