@@ -13,7 +13,11 @@ upgrade. The pieces, each usable on its own so a notebook can show what it runs:
 * :func:`command_text` -- that command as one copy-pasteable line;
 * :func:`run` -- run it with the profiler-injection variables of *this* process removed;
 * :func:`parse_csv` -- ncu's ``--csv`` output as a DataFrame;
-* :func:`profile_script` -- all of the above for the common CSV case.
+* :func:`profile_script` -- all of the above for the common CSV case;
+* :func:`read_report` -- a report written with ``-o``: one row per launch, labelled with
+  the NVTX range it ran in (read through ``ncu_report``, not from a CSV column whose name
+  changes between ncu versions);
+* :func:`profile_script_report` -- run ncu into a report and read it back.
 """
 
 from __future__ import annotations
@@ -141,3 +145,74 @@ def profile_script(
     if show_command:
         print(f"  $ {command_text(cmd)}")
     return parse_csv(run(cmd, timeout=timeout))
+
+
+def _push_pop_names(action) -> set[str]:
+    """Names of the NVTX push/pop ranges open (in any domain) when ``action`` launched."""
+    state = action.nvtx_state()
+    if state is None:
+        return set()
+    names: set[str] = set()
+    for domain_id in state.domains():
+        names.update(state.domain_by_id(domain_id).push_pop_ranges())
+    return names
+
+
+def read_report(path: str, metrics: Sequence[str], nvtx_ranges: Sequence[str]) -> pd.DataFrame:
+    """An ncu report as one row per profiled kernel launch, in launch order.
+
+    Columns: ``ID`` (launch index), ``Range`` (which of ``nvtx_ranges`` the launch ran
+    inside, from the NVTX state ncu recorded with ``--nvtx``; None if none), ``Kernel Name``
+    and one column per metric. Raises :class:`NcuCliError` for a report without launches,
+    a launch inside two of the ranges, or a metric the report lacks.
+    """
+    import ncu_report  # installed with nsight-python; imported here, like torch, only when used
+
+    report = ncu_report.load_report(path)
+    rows = []
+    for range_idx in range(report.num_ranges()):
+        profiled = report.range_by_idx(range_idx)
+        for action_idx in range(profiled.num_actions()):
+            action = profiled.action_by_idx(action_idx)
+            found = [name for name in nvtx_ranges if name in _push_pop_names(action)]
+            if len(found) > 1:
+                raise NcuCliError(f"launch {len(rows)} ({action.name()}) ran inside several ranges: {found}")
+            available = set(action.metric_names())
+            missing = [m for m in metrics if m not in available]
+            if missing:
+                raise NcuCliError(f"{path}: launch {len(rows)} ({action.name()}) has no metric {missing}")
+            row = {"ID": len(rows), "Range": found[0] if found else None, "Kernel Name": action.name()}
+            row.update({m: action.metric_by_name(m).value() for m in metrics})
+            rows.append(row)
+    if not rows:
+        raise NcuCliError(f"{path} holds no profiled kernel (did the NVTX range names match?)")
+    if nvtx_ranges and all(row["Range"] is None for row in rows):
+        raise NcuCliError(f"{path}: no launch carries any of the NVTX ranges {list(nvtx_ranges)} in its NVTX state "
+                          "(was ncu run with --nvtx?)")
+    return pd.DataFrame(rows)
+
+
+def profile_script_report(
+    ncu: str,
+    script: str,
+    script_args: Sequence[str],
+    metrics: Sequence[str],
+    nvtx_ranges: Sequence[str],
+    report: str,
+    cache_control: str = "all",
+    clock_control: str = "base",
+    timeout: int = 600,
+    show_command: bool = False,
+) -> pd.DataFrame:
+    """Profile ``script`` with ncu into ``report`` (a ``.ncu-rep`` path) and read it back.
+
+    The result is :func:`read_report`'s: one row per launch, with its NVTX range.
+    ``show_command=True`` prints the exact command line first (``$ ncu ...``).
+    """
+    cmd = ncu_command(ncu, script, script_args, metrics, nvtx_ranges, cache_control, clock_control, report=report)
+    if show_command:
+        print(f"  $ {command_text(cmd)}")
+    run(cmd, timeout=timeout)
+    if not os.path.exists(report) and os.path.exists(report + ".ncu-rep"):
+        report += ".ncu-rep"  # an ncu that appends the extension to a name that already has it
+    return read_report(report, metrics, nvtx_ranges)
