@@ -13,6 +13,7 @@ upgrade. The pieces, each usable on its own so a notebook can show what it runs:
 * :func:`command_text` -- that command as one copy-pasteable line;
 * :func:`run` -- run it with the profiler-injection variables of *this* process removed;
 * :func:`parse_csv` -- ncu's ``--csv`` output as a DataFrame;
+* :func:`to_base_units` -- a value in ncu's printed unit (``usecond``, ``Gbyte/s``) in SI units;
 * :func:`profile_script` -- all of the above for the common CSV case;
 * :func:`read_report` -- a report written with ``-o``: one row per launch, labelled with
   the NVTX range it ran in (read through ``ncu_report``, not from a CSV column whose name
@@ -124,6 +125,39 @@ def parse_csv(stdout: str) -> pd.DataFrame:
     df["Metric Value"] = pd.to_numeric(df["Metric Value"].str.replace(",", ""), errors="coerce")
     df["ID"] = pd.to_numeric(df["ID"])
     return df
+
+
+# ncu prints each metric in a scaled unit of its own choosing: "nsecond", "usecond", "Mbyte",
+# "Gbyte/s", "Tbyte/second", "cycle/nsecond", "Mhz", "%". Prefixes are SI (decimal).
+_PREFIX = {"": 1.0, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_BASES = ("second", "byte", "cycle", "hz", "s")  # longest first: "nsecond" is n + second, "ns" is n + s
+
+
+def _unit_factor(part: str, whole: str) -> float:
+    for base in _BASES:
+        if part.lower().endswith(base):
+            prefix = part[: len(part) - len(base)]
+            if prefix in _PREFIX:
+                return _PREFIX[prefix]
+    raise ValueError(f"unexpected unit {whole!r} from ncu (known: [n|u|m|K|M|G|T] + second/s, byte, cycle, hz, "
+                     "optionally per second)")
+
+
+def to_base_units(value: float, unit: str) -> float:
+    """``value`` printed by ncu in ``unit``, converted to SI base units.
+
+    Durations become seconds, sizes bytes, rates bytes (or cycles) per second, frequencies
+    Hz; ``%`` and unit-less values are returned unchanged. An unknown unit is an error,
+    so a scaled value is never read as if it were in base units.
+    """
+    unit = (unit or "").strip()
+    if unit in ("", "%"):
+        return value
+    numerator, _, denominator = unit.partition("/")
+    factor = _unit_factor(numerator, unit)
+    if denominator:
+        factor /= _unit_factor(denominator, unit)
+    return value * factor
 
 
 def profile_script(

@@ -93,3 +93,28 @@ def test_profile_script_can_print_the_exact_command(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert printed.startswith(f"  $ {fake} --cache-control all --clock-control base --csv --nvtx")
     assert printed.rstrip().endswith("s.py 3")
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "expected"),
+    [
+        (3456, "nsecond", 3.456e-6),
+        (3.456, "usecond", 3.456e-6),
+        (2, "ms", 2e-3),
+        (1.5, "Mbyte", 1.5e6),
+        (4.2, "Tbyte/s", 4.2e12),
+        (4200, "Gbyte/second", 4.2e12),
+        (4.2e12, "byte/s", 4.2e12),
+        (1.98, "cycle/nsecond", 1.98e9),
+        (1980, "Mhz", 1.98e9),
+        (91.5, "%", 91.5),
+        (7, "", 7),
+    ],
+)
+def test_to_base_units_reads_the_scaled_units_ncu_prints(value, unit, expected):
+    assert ncu_cli.to_base_units(value, unit) == pytest.approx(expected)
+
+
+def test_to_base_units_refuses_a_unit_it_does_not_know():
+    with pytest.raises(ValueError, match="unexpected unit 'warp/cycle'"):
+        ncu_cli.to_base_units(1.0, "warp/cycle")

@@ -54,25 +54,12 @@ def dram_peak_gbs(facts) -> float | None:
 
 
 PEAK_GBS = dram_peak_gbs(ENV.facts)
-SCALE = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-
-
 def in_base_units(value: float, unit: str) -> float:
-    """Nsight Compute may print a metric in a scaled unit (usecond, Mbyte, Gbyte/second,
-    cycle/nsecond): return nanoseconds for a duration, bytes, or a rate per second."""
-    if unit in ("ns", "nsecond"):
-        return value
-    num, _, den = unit.partition("/")
-    prefix = lambda part, base: SCALE[part[: len(part) - len(base)]]  # "Mbyte" -> 1e6
-    if not den and num.endswith("second"):
-        return value * prefix(num, "second") * 1e9
-    if not den and num.endswith("byte"):
-        return value * prefix(num, "byte")
-    if not den and num.lower().endswith("hz"):
-        return value * SCALE[num[:-2].upper()]
-    if den.endswith("second") and (num == "cycle" or num.endswith("byte")):
-        return value * (1.0 if num == "cycle" else prefix(num, "byte")) / prefix(den, "second")
-    raise ValueError(f"unexpected unit {unit!r} from Nsight Compute")
+    """Nsight Compute prints each metric in a scaled unit (usecond, Mbyte, Gbyte/s,
+    cycle/nsecond): nanoseconds for a duration, otherwise SI (bytes, per second)."""
+    si = ncu_cli.to_base_units(value, unit)
+    is_duration = "/" not in unit and unit.lower().endswith(("second", "s")) and not unit.lower().endswith("hz")
+    return si * 1e9 if is_duration else si
 
 
 def row(cache: str, clock: str, size: str, n: int, t_ns: float, hz: float, dram_bps: float, dram_written: float) -> dict:
