@@ -204,7 +204,8 @@ with nt.section("1. In this process: the active backend times four matmuls") as 
     table = show_spread(IN_SIDE)
     for n in SIZES:
         first = runs[runs.n == n].Kernel.iloc[0]
-        print(f"  n={n}: {IN_SIDE['kernels'][n]} kernel(s) per run: " + " | ".join(k[:60] for k in first.split("|")))
+        print(f"  n={n}: {IN_SIDE['kernels'][n]} kernel(s) per run: "
+              + ", ".join(nt.short_kernel_name(k) for k in first.split("|")))
     nt.claim((runs.groupby("n").size() == RUNS).all(), f"every size has {RUNS} runs")
     nt.claim(table.median_us.is_monotonic_increasing and table.median_us.is_unique,
              "the duration grows with the matrix size", " < ".join(f"{v:,.1f}" for v in table.median_us) + " us")
@@ -352,7 +353,8 @@ with nt.section("2. In another process: the other tool") as s:
     table = show_spread(OUT_SIDE)
     for n in SIZES:
         first = runs[runs.n == n].Kernel.iloc[0]
-        print(f"  n={n}: {OUT_SIDE['kernels'][n]} kernel(s) per run: " + " | ".join(k[:60] for k in first.split("|")))
+        print(f"  n={n}: {OUT_SIDE['kernels'][n]} kernel(s) per run: "
+              + ", ".join(nt.short_kernel_name(k) for k in first.split("|")))
     nt.claim((runs.groupby("n").size() == RUNS).all(), f"every size has {RUNS} runs")
     s.result = (f"{OUT_SIDE['tool']} ({OUT_SIDE['where']}): n={SIZES[-1]} median {table.median_us.iloc[-1]:,.1f} us; "
                 f"profiled in {OUT_SIDE['profiled_s']:.1f} s, whole process {OUT_SIDE['process_s']:.1f} s")
@@ -774,7 +776,7 @@ with nt.section("7. CUPTI's limits (3): a region without a kernel gives an empty
     print(f"  measured(...) -> RuntimeError: {message}")
     nt.claim(message is not None and "['copy']" in message, "the check turns the missing row into an error naming it")
     converted = measured(copy_region(configs=[(1 << 20, "float16")]), ["copy"])
-    print(f"  float32 -> float16 copy: {converted.AvgValue.iloc[0] / 1e3:.2f} us, kernel {converted.Kernel.iloc[0][:60]}")
+    print(f"  float32 -> float16 copy: {converted.AvgValue.iloc[0] / 1e3:.2f} us, kernel {nt.short_kernel_name(converted.Kernel.iloc[0])}")
     if IN_PROCESS == "cupti":
         s.result = "CUPTI: memcpy region -> empty DataFrame, no error; measured() names it; a converting copy is timed"
     else:
@@ -792,9 +794,13 @@ with nt.section("7. CUPTI's limits (3): a region without a kernel gives an empty
 # `torch.profiler` records CUDA kernels through CUPTI too, and nsight-python's CUPTI
 # backend holds CUPTI from `nsight.activate(nsight.Tool.CUPTI)` until `nsight.deactivate()`
 # (it subscribes in `cupti.init()`). In one process the two do not share it: with the
-# backend active, `torch.profiler` records no CUDA events -- and nsight-python keeps
-# working. The same five matmuls in a child process without nsight show what
-# `torch.profiler` normally sees.
+# backend active, `torch.profiler` records no CUDA events. The same five matmuls in a
+# child process without nsight show what `torch.profiler` normally sees. Then the cell
+# profiles once more with nsight-python and prints whether its CUPTI backend still gets
+# kernel records after `torch.profiler` has started and stopped its own CUPTI session --
+# on the project's H200 it did **not** (an empty table), so the safe rule is: never mix
+# `torch.profiler` into a process that profiles with nsight's CUPTI backend, or restart
+# the kernel before profiling again.
 #
 # Under the Nsight Compute backend this notebook does not predict the in-process count: it
 # prints what it sees. This section comes last on purpose: whatever a second profiler does
@@ -839,15 +845,19 @@ with nt.section("8. CUPTI's limits (4): torch.profiler sees nothing while nsight
           f"torch.profiler recorded {here} CUDA events for 5 matmuls")
     plain = child.run_json(ncu_cli.write_script(PLAIN_SCRIPT, "plain_profiler.py", OUT_DIR), [str(n)], timeout=180)
     print(f"  a child without nsight: {plain.result['cuda_events']} CUDA events "
-          f"({', '.join(k[:50] for k in plain.result['names'])})")
+          f"({', '.join(nt.short_kernel_name(k) for k in plain.result['names'])})")
     nt.claim(plain.result["cuda_events"] >= 5, "without nsight, torch.profiler sees at least one kernel per matmul",
              f"{plain.result['cuda_events']} events")
     if IN_PROCESS == "cupti":
         nt.claim(here == 0, "with nsight's CUPTI backend active, torch.profiler records no CUDA event", f"{here}")
-        df = add_bench(fresh_prefix(), runs=3)(configs=[N_ADD]).to_dataframe()
-        nt.claim(len(df) == 1, "nsight-python's CUPTI backend still measures afterwards",
-                 f"add {df.AvgValue.iloc[0] / 1e3:.2f} us")
-        s.result = f"torch.profiler: {here} CUDA events beside nsight's CUPTI, {plain.result['cuda_events']} without nsight"
+        after = add_bench(fresh_prefix(), runs=3)(configs=[N_ADD]).to_dataframe()
+        if after.empty:
+            print("  nsight-python afterwards: an EMPTY table -- its CUPTI backend got no kernel records once\n"
+                  "  torch.profiler had run in this process. Restart the kernel before profiling again.")
+        else:
+            print(f"  nsight-python afterwards: still measures (add {after.AvgValue.iloc[0] / 1e3:.2f} us)")
+        s.result = (f"torch.profiler: {here} CUDA events beside nsight's CUPTI, {plain.result['cuda_events']} without "
+                    f"nsight; nsight's CUPTI afterwards: {'no records (restart needed)' if after.empty else 'still measures'}")
     else:
         if CUPTI_CHILD is None:
             raise nt.Skip("CUPTI's side runs in the child process started by section 5, which did not run",
@@ -869,7 +879,8 @@ with nt.section("8. CUPTI's limits (4): torch.profiler sees nothing while nsight
 #   means; 10 runs take the t quantile 2.26.
 # - CUPTI is the cheap, always-available clock: kernel durations, no replay, warm caches,
 #   free clocks. It cannot read counters, flush caches or lock clocks, it shuts
-#   `torch.profiler` out while active, and a region with no kernel gives no row and no error.
+#   `torch.profiler` out while active (and `torch.profiler` may leave it blind afterwards),
+#   and a region with no kernel gives no row and no error.
 # - CUDA events and wall clocks time your *code*, launch and dispatch included: fine for a
 #   long kernel, misleading by an order of magnitude for a microsecond one.
 #
