@@ -6,8 +6,8 @@ nsight at import time: the import order is the bootstrap's job.
 """
 
 from nspy_tutorial.bootstrap import Environment, setup
-from nspy_tutorial.display import banner, show
+from nspy_tutorial.display import banner, short_kernel_name, show
 from nspy_tutorial.rules import rules
 from nspy_tutorial.sections import Skip, claim, section, summary
 
-__all__ = ["Environment", "Skip", "banner", "claim", "rules", "section", "setup", "show", "summary"]
+__all__ = ["Environment", "Skip", "banner", "claim", "rules", "section", "setup", "short_kernel_name", "show", "summary"]

@@ -6,6 +6,7 @@ plain-text table (``show``) for a few DataFrame columns, scaled into readable un
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Mapping, Sequence
 
@@ -43,3 +44,54 @@ def show(
     text = out.to_string(index=False, float_format=lambda v: fmt.format(v))
     print(textwrap.indent(text, "  "))
     return out
+
+
+# Template arguments that say what an elementwise kernel computes ("CUDAFunctor_add",
+# "addcmul_cuda", "MulFunctor", "softmax_warp_forward"): worth keeping in a short name.
+_DETAIL = re.compile(r"\w*(?:Functor|_cuda|_forward|_backward)\w*")
+
+
+def _mangled_parts(name: str) -> tuple[list[str], list[str]]:
+    """The qualified name of an Itanium-mangled symbol, and the identifiers after it."""
+    i = 3 if name.startswith("_ZN") else 2
+    qualified: list[str] = []
+    while i < len(name) and name[i].isdigit():
+        j = i
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        length = int(name[i:j])
+        qualified.append(name[j:j + length])
+        i = j + length
+        if not name.startswith("_ZN"):
+            break
+    rest = []  # every <length><identifier> that starts at a run of digits; overlaps are harmless
+    for m in re.finditer(r"(?<!\d)(\d+)", name[i:]):
+        start, length = i + m.end(), int(m.group(1))
+        candidate = name[start:start + length]
+        if length and len(candidate) == length and re.fullmatch(r"[A-Za-z_]\w*", candidate):
+            rest.append(candidate)
+    return qualified, rest
+
+
+def short_kernel_name(name: str) -> str:
+    """A kernel's name short enough for one line, readable whether it arrives mangled
+    (CUPTI: ``_ZN2at6native29vectorized_elementwise_kernel...``) or demangled (Nsight
+    Compute: ``void at::native::vectorized_elementwise_kernel<4, ...>(...)``).
+
+    Keeps the qualified function name and, when the template arguments name one, the
+    functor that says what it computes: ``at::native::vectorized_elementwise_kernel<CUDAFunctor_add>``.
+    Names that are neither (``nvjet_sm90_...``, ``triton_poi_fused_...``) pass unchanged.
+    """
+    name = name.strip()
+    if name.startswith("_Z") and len(name) > 2 and (name[2].isdigit() or name.startswith("_ZN")):
+        qualified, rest = _mangled_parts(name)
+        qualified = ["(anonymous)" if q.startswith("_GLOBAL__N") else q for q in qualified]
+        base = "::".join(qualified)
+        details = [r for r in rest if _DETAIL.fullmatch(r)]
+    else:
+        plain = name[5:] if name.startswith("void ") else name
+        cut = min((k for k in (plain.find("<"), plain.find("(")) if k >= 0), default=len(plain))
+        base, args = plain[:cut], plain[cut:]
+        details = [d.split("::")[-1] for d in re.findall(r"[\w:]*(?:Functor|_cuda|_forward|_backward)\w*", args)]
+    details = [d for d in details if d and d != base.split("::")[-1]]
+    return f"{base}<{details[0]}>" if details else base or name

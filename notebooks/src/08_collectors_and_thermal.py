@@ -215,7 +215,7 @@ with nt.section("1b. Collector names that clash are refused at decoration") as s
             refused[bad.__name__] = None
         except nsight.exceptions.ProfilerException as exc:
             refused[bad.__name__] = str(exc)
-            print(f"  collector {bad.__name__!r}: ProfilerException: {str(exc)[:110]}...")
+            print(f"  collector {bad.__name__!r}: ProfilerException: {str(exc).split('. ')[0]}.")
     nt.claim(all(refused.values()), "both names are refused when the decorator is applied")
     reserved = sorted(nsight.info_collector.RESERVED_COLUMN_NAMES)
     print(f"\n  reserved names ({len(reserved)}): {', '.join(reserved)}")

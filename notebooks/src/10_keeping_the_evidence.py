@@ -179,7 +179,7 @@ with nt.section("2a. nsight-python's own report (Nsight Compute backend)") as s:
     NSIGHT_REPORT_METRICS = len(actions[0].metric_names())
     print(f"  {path.name}: {report.num_ranges()} range(s), {len(actions)} actions, "
           f"{NSIGHT_REPORT_METRICS} metrics per action")
-    print(f"  kernels: {sorted({a.name()[:60] for a in actions})}")
+    print(f"  kernels: {sorted({nt.short_kernel_name(a.name()) for a in actions})}")
     print(f"  metrics of the first action: {sorted(actions[0].metric_names())}")
     nt.claim(len(actions) == len(ANNOTATIONS) * len(SIZES) * RUNS,
              "one action per profiled launch: annotations x configurations x runs", f"{len(actions)} actions")
@@ -272,7 +272,7 @@ with nt.section("2b. The full report from the ncu command line (--set full)") as
     action = actions[0]
     names = action.metric_names()
     print(f"\n  ncu took {took:.0f} s; {report.num_ranges()} range(s), {len(actions)} action(s); the first:")
-    print(f"    {action.name()[:100]}")
+    print(f"    {nt.short_kernel_name(action.name())}")
     print(f"    {len(names):,} metrics\n")
     for label, metric in KEY_METRICS.items():
         print(f"    {label:20s} {metric:68s} {shown(action.metric_by_name(metric))}")
