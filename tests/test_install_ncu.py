@@ -375,6 +375,23 @@ def test_not_root_exits_3(sb):
     assert sb.calls("apt-get") == []
 
 
+def test_not_root_says_root_is_needed_before_any_word_of_installing(sb):
+    sb.add_ncu(sb.bin, "2025.3.1.0")
+    r = sb.run(FAKE_UID="1000")
+    lines = r.stderr.splitlines()
+    first = next(i for i, line in enumerate(lines) if "installing" in line)
+    assert "needs root" in lines[first], lines
+    assert not any("installing" in line and "needs root" not in line for line in lines), lines
+
+
+def test_dry_run_as_non_root_says_root_is_needed_before_the_install_plan(sb):
+    r = sb.run("--dry-run", FAKE_UID="1000")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    root = next(i for i, line in enumerate(lines) if "needs root" in line)
+    assert all("would run: apt-get" not in line and "would install" not in line for line in lines[:root]), lines
+
+
 @pytest.mark.parametrize("missing", ["apt-get", "dpkg"])
 def test_no_apt_or_dpkg_exits_4(sb, missing):
     sb.remove_fake(missing)
