@@ -34,7 +34,8 @@ def row(name: str, sheets: dict[str, Datasheet]) -> str | None:
 
 def packaged_rows() -> list[dict[str, str]]:
     text = resources.files("nspy_tutorial").joinpath("resources", gpu_facts.DATASHEET_FILE).read_text()
-    return list(csv.DictReader(io.StringIO("\n".join(l for l in text.splitlines() if not l.startswith("#")))))
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    return list(csv.DictReader(io.StringIO("\n".join(lines))))
 
 
 def test_the_table_is_plain_numbers_empty_for_a_missing_feature():
