@@ -357,7 +357,8 @@ def headline(results: list[NotebookResult]) -> str:
         why = f" ({next(iter(skipped))})"
     elif skipped:
         why = " (" + ", ".join(f"{n} {label}" for label, n in skipped.most_common()) + ")"
-    text = f"{counts[OK]} sections ran OK, {counts[SKIPPED]} skipped{why}, {counts[FAILED]} failed"
+    noun = "section" if counts[OK] == 1 else "sections"
+    text = f"{counts[OK]} {noun} ran OK, {counts[SKIPPED]} skipped{why}, {counts[FAILED]} failed"
     stopped = sum(result.error is not None for result in results)
     if stopped:
         text += f"; {stopped} of {len(results)} notebooks stopped by an error"
@@ -401,8 +402,9 @@ def counts_text(counts: dict[str, int]) -> str:
 
 
 def cell_text(value: str | None) -> str:
-    """Text for one Markdown table cell: first line only, pipes escaped."""
-    return first_line(value or "", limit=10**6).replace("|", "\\|")
+    """Text for one Markdown table cell: the whole first line, pipes escaped."""
+    lines = (value or "").strip().splitlines()
+    return (lines[0] if lines else "").replace("|", "\\|")
 
 
 def card_markdown(card: dict[str, Any]) -> str:
@@ -430,7 +432,6 @@ def card_markdown(card: dict[str, Any]) -> str:
     lines.append("")
     for entry in card["notebooks"]:
         lines += [f"## {entry['notebook']} — {entry['status']}", ""]
-        lines += [f"{counts_text(entry['counts'])} in {entry['seconds']:.1f} s", ""]
         if entry["error"]:
             lines += [f"**Stopped by an error:** {cell_text(entry['error'])}", ""]
         if not entry["sections"]:

@@ -198,7 +198,7 @@ def test_headline_leads_with_what_ran_and_why_the_rest_skipped(tmp_path):
         section("01_a", "1", "OK", result="r"),
         *[section("01_a", str(i), "SKIPPED", **gpu) for i in range(2, 5)],
     )
-    assert runner.headline([result]) == "1 sections ran OK, 3 skipped (no GPU), 0 failed"
+    assert runner.headline([result]) == "1 section ran OK, 3 skipped (no GPU), 0 failed"
 
 
 def test_headline_counts_mixed_skip_reasons_separately(tmp_path):
@@ -222,7 +222,7 @@ def test_markdown_card_opens_with_the_headline(tmp_path):
         section("01_a", "2", "SKIPPED", reason="needs a GPU", remedy="-", needs="gpu"),
     )
     text = runner.card_markdown(runner.build_card([result], "start", "end"))
-    assert text.splitlines()[2] == "**1 sections ran OK, 1 skipped (no GPU), 0 failed**"
+    assert text.splitlines()[2] == "**1 section ran OK, 1 skipped (no GPU), 0 failed**"
     assert "5 of 5 OK" not in text and "Notebooks: 1 of 1 without a FAILED section" in text
 
 
