@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import datetime as dt
 import json
 import os
@@ -281,6 +282,9 @@ def run_notebook(
             deadline = deadline or time.monotonic() + STOP_GRACE_SECONDS
             if time.monotonic() > deadline:
                 break
+    # nbclient leaves its exit-time kernel cleanup registered when the kernel dies while
+    # starting (e.g. killed by a stop); it would then fail at exit with an AssertionError.
+    atexit.unregister(client._cleanup_kernel)
     error = outcome.get("error")
     return None if error is None else stop_reason(error, notebook, client.current_cell, timeout)
 
@@ -530,10 +534,10 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
     return EXIT_OK if all(r.status == OK for r in results) else EXIT_FAILED
 
 
-def interrupted(signum: int, out: Path) -> int:
+def interrupted(signum: int, out: Path | None) -> int:
     """Say so in one line; the exit code is 128 + the signal number (130 SIGINT, 143 SIGTERM)."""
-    name = signal.Signals(signum).name
-    print(f"interrupted ({name}); {out} left as it was", file=sys.stderr, flush=True)
+    kept = f"; {out} left as it was" if out is not None else ""
+    print(f"interrupted ({signal.Signals(signum).name}){kept}", file=sys.stderr, flush=True)
     return 128 + signum
 
 
@@ -576,12 +580,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nspy-tutorial`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    args = None
     try:
+        args = build_parser().parse_args(argv)
         return run(args.notebooks_dir, args.out, args.only, args.timeout)
     except RunnerError as error:
         print(f"nspy-tutorial: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # before the run installed its own handlers
+        return interrupted(signal.SIGINT, args and args.out)
 
 
 if __name__ == "__main__":

@@ -303,6 +303,15 @@ def test_a_signal_stops_the_run_and_leaves_previous_output_untouched(
     assert signal.getsignal(signum) is not None and signal.getsignal(signum).__class__ is not runner.Stop
 
 
+def test_ctrl_c_before_the_run_took_over_the_signals_is_one_line_too(tmp_path, monkeypatch, capsys):
+    def interrupted_early(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "find_notebooks", interrupted_early)
+    assert run_main(tmp_path / "notebooks", tmp_path / "results") == 130
+    assert capsys.readouterr().err == f"interrupted (SIGINT); {tmp_path / 'results'} left as it was\n"
+
+
 def test_unrelated_out_folder_is_not_replaced(notebooks_dir, tmp_path, capsys):
     write_notebook(notebooks_dir, "01_a.ipynb", "pass")
     out = tmp_path / "precious"
@@ -409,6 +418,32 @@ def process_gone(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return True
     return state in ("Z", "X")
+
+
+STOPPED_WHILE_STARTING = """\
+import signal, sys
+from pathlib import Path
+import nbformat
+from nspy_tutorial import runner
+
+notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('never')")])
+stop = runner.Stop()
+stop.signum = signal.SIGINT  # as if Ctrl-C came while the kernel was still starting
+folder = Path(sys.argv[1])
+error = runner.run_notebook(notebook, folder, folder / "records.jsonl", 60, stop)
+print("stopped:", error is not None)
+"""
+
+
+def test_a_stop_while_the_kernel_starts_leaves_nothing_to_print_at_exit(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_WHILE_STARTING, str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "stopped: True\n"
+    assert done.stderr == ""  # nbclient's exit-time cleanup would print an AssertionError
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
