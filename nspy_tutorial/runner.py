@@ -345,10 +345,12 @@ def now_text() -> str:
 
 
 def need_label(needs: str | None) -> str:
-    """Why a section was skipped, in two or three words, from the need it lacked."""
-    if needs and needs.startswith("cc"):
+    """Why a section was skipped, in a few words, from the need it lacked."""
+    if not needs:
+        return "other reasons"
+    if re.fullmatch(r"cc\d+\.\d+", needs):
         return f"GPU below compute capability {needs[2:]}"
-    return NEED_LABELS.get(needs or "", "other reasons")
+    return NEED_LABELS.get(needs, f"no {needs}")
 
 
 def headline(results: list[NotebookResult]) -> str:

@@ -57,8 +57,9 @@ class SettingError(ValueError):
 class Skip(Exception):
     """Raised inside a section when a precondition is not met.
 
-    ``needs`` names what is missing (``"gpu"``, ``"ncu"``, ``"cupti"``, ...), so that
-    ``NSPY_TUTORIAL_REQUIRE`` can turn chosen skips into failures.
+    ``needs`` names what is missing; it is recorded and the results card groups skips by
+    it. ``NSPY_TUTORIAL_REQUIRE`` can turn skips for the needs in :data:`NEEDS` and
+    ``cc<major>.<minor>`` into failures; any other word (``"cupti"``, ...) is only recorded.
     """
 
     def __init__(self, reason: str, remedy: str, needs: str = "") -> None:

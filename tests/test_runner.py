@@ -207,11 +207,12 @@ def test_headline_counts_mixed_skip_reasons_separately(tmp_path):
         *[section("01_a", str(i), "SKIPPED", reason="r", remedy="-", needs="gpu") for i in range(3)],
         section("01_a", "7", "SKIPPED", reason="TF32", remedy="-", needs="cc8.0"),
         section("01_a", "8", "SKIPPED", reason="section 7 was skipped", remedy="-"),
-        section("01_a", "9", "FAILED", reason="boom", remedy="-"),
+        section("01_a", "9", "SKIPPED", reason="no Triton", remedy="-", needs="triton"),
+        section("01_a", "10", "FAILED", reason="boom", remedy="-"),
     )
     assert runner.headline([result]) == (
-        "0 sections ran OK, 5 skipped (3 no GPU, 1 GPU below compute capability 8.0, "
-        "1 other reasons), 1 failed"
+        "0 sections ran OK, 6 skipped (3 no GPU, 1 GPU below compute capability 8.0, "
+        "1 other reasons, 1 no triton), 1 failed"
     )
 
 
