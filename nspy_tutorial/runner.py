@@ -60,12 +60,13 @@ REPOSITORY = "https://github.com/nspy-tutorial/nspy-tutorial"  # scripts/build_n
 NOTEBOOK_NAME = re.compile(r"^(\d+)_.+\.ipynb$")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 STOP_GRACE_SECONDS = 15.0  # how long an interrupted run waits for nbclient to let go
-NEED_LABELS = {
-    "gpu": "no GPU",
-    "profiler": "no profiler backend",
-    "ncu": "no Nsight Compute backend",
-    "ncu-cli": "no ncu command line",
-}
+NEED_LABELS = {"gpu": "no GPU", "profiler": "no profiler backend", "ncu": "no Nsight Compute backend",
+               "ncu-cli": "no ncu command line"}
+
+
+def now() -> str:
+    """The local time as ISO 8601 with offset, to the second."""
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
 class RunnerError(Exception):
@@ -89,11 +90,6 @@ class NotebookResult:
         """Number of sections per status, with all three statuses present."""
         counter = Counter(section.status for section in self.sections)
         return {status: counter.get(status, 0) for status in STATUSES}
-
-
-# --------------------------------------------------------------------------
-# Finding notebooks
-# --------------------------------------------------------------------------
 
 
 def notebook_number(path: Path) -> int:
@@ -132,10 +128,6 @@ def select_notebooks(notebooks: list[Path], only: list[str]) -> list[Path]:
     return [path for path in notebooks if notebook_number(path) in wanted]
 
 
-# --------------------------------------------------------------------------
-# Section records
-# --------------------------------------------------------------------------
-
 RECORD_FIELDS = {f.name for f in fields(SectionRecord)}
 
 
@@ -162,11 +154,6 @@ def read_section_records(path: Path) -> list[SectionRecord]:
             continue
         latest[(record.notebook, record.section)] = record
     return list(latest.values())
-
-
-# --------------------------------------------------------------------------
-# Stopping on SIGINT / SIGTERM
-# --------------------------------------------------------------------------
 
 
 class Stop:
@@ -211,11 +198,6 @@ def kill_kernel(client: NotebookClient) -> None:
             process.kill()
     except OSError:
         pass  # it has just exited
-
-
-# --------------------------------------------------------------------------
-# Executing one notebook
-# --------------------------------------------------------------------------
 
 
 class Client(NotebookClient):
@@ -332,16 +314,6 @@ def execute_notebook(
         error=error,
         sections=sections,
     )
-
-
-# --------------------------------------------------------------------------
-# The results card
-# --------------------------------------------------------------------------
-
-
-def now_text() -> str:
-    """The current local time as ISO 8601 with offset, to the second."""
-    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
 def need_label(needs: str | None) -> str:
@@ -463,11 +435,6 @@ def card_markdown(card: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-# --------------------------------------------------------------------------
-# The run
-# --------------------------------------------------------------------------
-
-
 def check_out_dir(out: Path) -> None:
     """Refuse to replace anything but a previous results folder (a mistyped --out is not wiped)."""
     if not out.exists():
@@ -479,14 +446,6 @@ def check_out_dir(out: Path) -> None:
             f"--out {out} exists and does not look like a results folder "
             "(no results.json); refusing to replace it"
         )
-
-
-def progress_end(result: NotebookResult) -> str:
-    """The end-of-notebook part of a progress line."""
-    summary = counts_text(result.counts())
-    if result.error:
-        return f"FAILED after {result.seconds:.1f} s: {summary}; {result.error}"
-    return f"done in {result.seconds:.1f} s: {summary}"
 
 
 def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) -> int:
@@ -501,7 +460,7 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
     check_out_dir(out)
     partial = out.parent / f"{out.name}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
-    started_at = now_text()
+    started_at = now()
     results: list[NotebookResult] = []
     try:
         with Stop() as stop, tempfile.TemporaryDirectory(prefix="nspy-run-") as scratch:
@@ -513,10 +472,12 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
                 print(label, flush=True)
                 result = execute_notebook(path, partial / "notebooks", Path(scratch), timeout, stop)
                 if stop.signum is None:
-                    print(f"{label} {progress_end(result)}", flush=True)
+                    how = "FAILED after" if result.error else "done in"
+                    why = f"; {result.error}" if result.error else ""
+                    print(f"{label} {how} {result.seconds:.1f} s: {counts_text(result.counts())}{why}", flush=True)
                 results.append(result)
             if stop.signum is None:
-                card = build_card(results, started_at, now_text())
+                card = build_card(results, started_at, now())
                 (partial / "results.json").write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
                 (partial / "results.md").write_text(card_markdown(card), encoding="utf-8")
             if stop.signum is not None:
@@ -563,20 +524,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser("run", help="execute the notebooks headless")
-    run_parser.add_argument(
-        "--notebooks-dir", type=Path, default=Path("notebooks"),
-        help="folder holding NN_*.ipynb (default: notebooks, in a clone of the repository)",
-    )
-    run_parser.add_argument(
-        "--out", type=Path, default=Path("results"),
-        help="output folder, replaced at the end of the run (default: results)",
-    )
-    run_parser.add_argument(
-        "--only", nargs="+", metavar="NN", help="run only these notebook numbers, e.g. --only 02 05"
-    )
-    run_parser.add_argument(
-        "--timeout", type=positive_seconds, default=1800, help="seconds allowed per cell (default: 1800)"
-    )
+    add = run_parser.add_argument
+    add("--notebooks-dir", type=Path, default=Path("notebooks"),
+        help="folder holding NN_*.ipynb (default: notebooks, in a clone of the repository)")
+    add("--out", type=Path, default=Path("results"),
+        help="output folder, replaced at the end of the run (default: results)")
+    add("--only", nargs="+", metavar="NN", help="run only these notebook numbers, e.g. --only 02 05")
+    add("--timeout", type=positive_seconds, default=1800, help="seconds allowed per cell (default: 1800)")
     return parser
 
 
