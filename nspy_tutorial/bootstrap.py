@@ -34,9 +34,15 @@ import sys
 from nspy_tutorial import backend, sections
 from nspy_tutorial.display import banner
 from nspy_tutorial.gpu_facts import Datasheet, DeviceFacts, datasheet_for, device_facts
-from nspy_tutorial.sections import Skip, first_line
+from nspy_tutorial.sections import SettingError, Skip, first_line
 
 COLAB_GPU_HINT = "in Colab: Runtime -> Change runtime type -> T4 GPU, then run the notebook again"
+LOCAL_GPU_HINT = (
+    "run on a machine with an NVIDIA GPU and its driver (`nvidia-smi` should list the GPU), "
+    "or open the notebook in Colab with a T4 runtime"
+)
+BACKEND_VAR = "NSPY_TUTORIAL_BACKEND"
+BACKEND_CHOICES = ("cupti",)  # or unset/empty: Nsight Compute if it loads, else CUPTI
 NCU_REMEDY = (
     "install Nsight Compute >= 2026.2.1 next to the old one (as root: "
     "`bash scripts/install_ncu.sh`; on Colab, notebook 01 does it), then restart the kernel"
@@ -79,7 +85,7 @@ class Environment:
         if what not in ("gpu", "profiler", "ncu", "ncu-cli"):
             raise ValueError(f"require(): unknown need {what!r}; use gpu, profiler, ncu or ncu-cli")
         if not self.has_gpu:
-            raise Skip(f"needs a GPU: {self.gpu_problem}", COLAB_GPU_HINT, needs="gpu")
+            raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab), needs="gpu")
         if what == "profiler" and self.backend is None:
             raise Skip(
                 "needs an nsight-python backend; Nsight Compute: "
@@ -117,6 +123,23 @@ _PENDING: Environment | None = None  # setup(steps="manual") before setup.finish
 
 def on_colab() -> bool:
     return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def gpu_remedy(colab: bool) -> str:
+    """What to do without a GPU, where the reader is: Colab's runtime menu, or a GPU machine."""
+    return COLAB_GPU_HINT if colab else LOCAL_GPU_HINT
+
+
+def backend_choice() -> str:
+    """``NSPY_TUTORIAL_BACKEND`` lower-cased: "" (automatic) or "cupti"; anything else is an error."""
+    value = os.environ.get(BACKEND_VAR, "")
+    choice = value.strip().lower()
+    if choice and choice not in BACKEND_CHOICES:
+        raise SettingError(
+            f"{BACKEND_VAR}={value!r} is not a backend choice; valid: cupti (skip Nsight Compute), "
+            "or unset/empty (Nsight Compute if it loads, else CUPTI)"
+        )
+    return choice
 
 
 def cuda_already_initialised() -> bool:
@@ -201,6 +224,7 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
             "attach. Restart the kernel (Colab: Runtime -> Restart session) and run the "
             "setup cell before anything that touches the GPU."
         )
+    backend_choice()  # a mistyped NSPY_TUTORIAL_BACKEND fails here, before anything slow
     colab = on_colab()
     gpu_name, driver, gpu_problem = probe_gpu()
     installs = backend.find_ncu_installs()
@@ -229,7 +253,7 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
     if chosen is not None and chosen.new_enough:
         backend.put_first_on_path(os.path.dirname(chosen.path))
 
-    forced_cupti = os.environ.get("NSPY_TUTORIAL_BACKEND", "").lower() == "cupti"
+    forced_cupti = backend_choice() == "cupti"
     library = backend.find_cupti_library()
     cupti_problem = backend.cupti_problem(library, backend.cupti_python_available())
     if gpu_problem is not None:
@@ -388,10 +412,8 @@ def banner_lines(env: Environment) -> list[str]:
             )
     else:
         lines.append(f"GPU          none -- {env.gpu_problem}")
-        lines.append(f"             {COLAB_GPU_HINT}")
-    torch = sys.modules.get("torch")
-    cuda = getattr(getattr(torch, "version", None), "cuda", None) if torch else None
-    lines.append(f"driver       {env.driver or '-'}   torch {_package_version('torch')} (CUDA {cuda or '-'})")
+        lines.append(f"             {gpu_remedy(env.on_colab)}")
+    lines.append(f"driver       {env.driver or '-'}   torch {_package_version('torch')} ({torch_cuda_text(env)})")
     lines.append(
         f"nsight       nsight-python {_package_version('nsight-python')}, "
         f"cupti-python {_package_version('cupti-python')}"
@@ -400,6 +422,20 @@ def banner_lines(env: Environment) -> list[str]:
     lines.append(f"backend      {env.backend or 'none'} -- {env.backend_reason}")
     lines.append(f"python       {platform.python_version()}  colab: {env.on_colab}")
     return lines
+
+
+def torch_cuda_text(env: Environment) -> str:
+    """Which CUDA torch was built for, and what that means on this machine."""
+    try:
+        import torch  # after `import nsight` (setup); importing torch does not start CUDA
+    except ImportError:
+        return "not importable"
+    cuda = torch.version.cuda
+    if cuda is None:
+        return "a CPU-only build: it cannot use a GPU"
+    if not env.has_gpu:
+        return f"built for CUDA {cuda}; unused here: no NVIDIA GPU or driver"
+    return f"CUDA {cuda}"
 
 
 def print_banner(env: Environment) -> None:

@@ -3,11 +3,12 @@
 Two sources, kept apart on purpose:
 
 * :func:`datasheet_for` looks a GPU's datasheet peaks (TFLOP/s, memory bandwidth) up by
-  its device name in ``resources/gpu-datasheets.md`` (a copy of the project's reference
-  table). Name matching is ordered, most specific first, because names contain each
-  other: "A100" contains "A10", "L40S" starts with "L4", "GH200" contains "H200".
-  An unknown GPU gets ``None``: the notebooks then say "peak unknown" instead of
-  inventing one.
+  its device name in ``resources/gpu-datasheets.csv``, plain data read with the standard
+  ``csv`` module. A name listed in the table wins; otherwise each row's ``match`` words
+  must all be whole words of the name, and the row with the most such words wins. Whole
+  words keep the traps apart: "A10" is not a word of "A100" or "A10G", "L4" not of
+  "L40S", "H200" not of "GH200". An unknown GPU gets ``None``: the notebooks then say
+  "peak unknown" instead of inventing one.
 * :func:`device_facts` reads what the running device says about itself (SMs, L2, memory,
   clocks). Those numbers are never taken from the table: the H200 on our test machine,
   for instance, reports 60 MB of L2 where spec pages say 50 MB.
@@ -15,33 +16,13 @@ Two sources, kept apart on purpose:
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import re
 from importlib import resources
 
-DATASHEET_FILE = "gpu-datasheets.md"
-
-# (tokens that must all appear in the device name, row label in the table), most
-# specific first. Tokens are whole words of the upper-cased name split on spaces,
-# dashes and underscores, so "A10" never matches "A100" or "A10G".
-MATCH_RULES: list[tuple[frozenset[str], str]] = [
-    (frozenset({"T4"}), "T4"),
-    (frozenset({"L4"}), "L4"),
-    (frozenset({"L40S"}), "L40S"),
-    (frozenset({"A10G"}), "A10G (AWS)"),
-    (frozenset({"A10"}), "A10"),
-    (frozenset({"A100", "80GB", "PCIE"}), "A100 PCIe 80GB"),
-    (frozenset({"A100", "80GB"}), "A100 SXM4 80GB"),
-    (frozenset({"A100"}), "A100 SXM4 40GB"),
-    (frozenset({"H100", "NVL"}), "H100 NVL"),
-    (frozenset({"H100", "PCIE"}), "H100 PCIe"),
-    (frozenset({"H100"}), "H100 SXM5"),
-    (frozenset({"H200"}), "H200 SXM"),
-    (frozenset({"V100"}), "V100 SXM2"),
-    (frozenset({"RTX", "4090"}), "RTX 4090"),
-    (frozenset({"RTX", "3090"}), "RTX 3090"),
-    (frozenset({"B200"}), "B200 (HGX)"),
-]
+DATASHEET_FILE = "gpu-datasheets.csv"
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +30,7 @@ class Peak:
     """One datasheet figure. ``value`` is None when the GPU lacks the feature (n/a)."""
 
     value: float | None
-    uncertain: bool = False  # the table marks it '?' or gives a range / approximation
+    uncertain: bool = False  # the table marks the figure as of lower confidence
 
     def __str__(self) -> str:
         if self.value is None:
@@ -69,62 +50,41 @@ class Datasheet:
     bf16_tflops: Peak
     fp8_tflops: Peak
     mem_bandwidth_gbs: Peak
+    match: tuple[str, ...] = ()  # words a device name must contain for this row
+    source: str = ""
     matched_by: str = ""
 
     def peak_tflops(self, precision: str) -> Peak:
         """Peak for ``precision`` in {"fp32", "tf32", "fp16", "bf16", "fp8"}."""
-        try:
-            return getattr(self, f"{precision}_tflops")
-        except AttributeError:
-            raise ValueError(
-                f"unknown precision {precision!r}; use fp32, tf32, fp16, bf16 or fp8"
-            ) from None
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; use fp32, tf32, fp16, bf16 or fp8")
+        return getattr(self, f"{precision}_tflops")
 
 
-def _tokens(name: str) -> set[str]:
-    return {t for t in re.split(r"[\s\-_/]+", name.upper()) if t}
-
-
-def parse_peak(cell: str) -> Peak:
-    """Turn a table cell such as ``19.5``, ``35?``, ``~1100``, ``75-80?``, ``n/a``
-    into a :class:`Peak`. A range gives its lower end, marked uncertain."""
-    text = cell.strip().replace(",", "")
-    if text.lower() in ("n/a", "", "?"):
-        return Peak(None, uncertain=text == "?")
-    uncertain = "?" in text or "~" in text or "-" in text
-    match = re.search(r"\d+(?:\.\d+)?", text)
-    if match is None:
-        raise ValueError(f"cannot read a number from datasheet cell {cell!r}")
-    return Peak(float(match.group()), uncertain)
-
-
-def _first_of_pair(cell: str) -> str:
-    """FP16 and FP8 cells may read 'a / b' (f32-accumulate / f16-accumulate)."""
-    return cell.split(" / ")[0]
+def words(name: str) -> set[str]:
+    """The upper-cased whole words of a device name, split on spaces, dashes, underscores, slashes."""
+    return {word for word in re.split(r"[\s\-_/]+", name.upper()) if word}
 
 
 def load_datasheets(text: str | None = None) -> dict[str, Datasheet]:
-    """Parse the datasheet table (the packaged copy unless ``text`` is given)."""
+    """The datasheet table by row label (the packaged CSV unless ``text`` is given)."""
     if text is None:
-        text = resources.files("nspy_tutorial").joinpath("resources").joinpath(DATASHEET_FILE).read_text()
-    rows = [line for line in text.splitlines() if line.startswith("|")]
-    header = [c.strip() for c in rows[0].strip("|").split("|")]
-    col = {name: i for i, name in enumerate(header)}
-    sheets: dict[str, Datasheet] = {}
-    for line in rows[2:]:
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        gpu = cells[col["GPU"]]
-        names = tuple(re.findall(r"`([^`]+)`", cells[col["torch/NVML name"]]))
-        bandwidth = cells[col["Mem, BW GB/s"]].split(",")[-1]
-        sheets[gpu] = Datasheet(
-            gpu=gpu,
-            names=names,
-            fp32_tflops=parse_peak(cells[col["FP32"]]),
-            tf32_tflops=parse_peak(cells[col["TF32"]]),
-            fp16_tflops=parse_peak(_first_of_pair(cells[col["FP16 f32acc / f16acc"]])),
-            bf16_tflops=parse_peak(cells[col["BF16"]]),
-            fp8_tflops=parse_peak(_first_of_pair(cells[col["FP8"]])),
-            mem_bandwidth_gbs=parse_peak(bandwidth.split("(")[0]),
+        text = resources.files("nspy_tutorial").joinpath("resources", DATASHEET_FILE).read_text(encoding="utf-8")
+    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+    sheets = {}
+    for row in rows:
+        uncertain = set(row["uncertain"].split())
+
+        def peak(column: str) -> Peak:
+            return Peak(float(row[column]) if row[column] else None, column in uncertain)
+
+        sheets[row["gpu"]] = Datasheet(
+            gpu=row["gpu"],
+            names=tuple(name.strip() for name in row["device_names"].split(";") if name.strip()),
+            **{f"{p}_tflops": peak(f"{p}_tflops") for p in PRECISIONS},
+            mem_bandwidth_gbs=peak("mem_bandwidth_gbs"),
+            match=tuple(sorted(words(row["match"]))),
+            source=row["source"],
         )
     return sheets
 
@@ -132,20 +92,23 @@ def load_datasheets(text: str | None = None) -> dict[str, Datasheet]:
 def datasheet_for(device_name: str, sheets: dict[str, Datasheet] | None = None) -> Datasheet | None:
     """The datasheet row for ``device_name`` (as torch/NVML report it), or None.
 
-    An exact name from the table wins; otherwise the first rule of MATCH_RULES whose
-    tokens all appear in the name. ``matched_by`` on the result says which.
+    A name listed in the table wins (case and surrounding spaces ignored); otherwise the
+    row whose ``match`` words are all words of the name, the most specific first.
+    ``matched_by`` on the result says which.
     """
     sheets = load_datasheets() if sheets is None else sheets
+    wanted = device_name.strip().lower()
     for sheet in sheets.values():
-        if device_name.strip().lower() in (n.lower() for n in sheet.names):
+        if wanted in (name.lower() for name in sheet.names):
             return dataclasses.replace(sheet, matched_by=f"exact name {device_name!r}")
-    tokens = _tokens(device_name)
-    for needed, label in MATCH_RULES:
-        if needed <= tokens and label in sheets:
-            return dataclasses.replace(
-                sheets[label], matched_by=f"name tokens {sorted(needed)} -> row {label!r}"
-            )
-    return None
+    name_words = words(device_name)
+    candidates = [sheet for sheet in sheets.values() if sheet.match and set(sheet.match) <= name_words]
+    if not candidates:
+        return None
+    best = max(candidates, key=lambda sheet: len(sheet.match))
+    return dataclasses.replace(
+        best, matched_by=f"name words {sorted(best.match)} -> row {best.gpu!r}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)

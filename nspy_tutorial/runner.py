@@ -5,47 +5,68 @@ Usage::
     nspy-tutorial run [--notebooks-dir notebooks] [--out results]
                       [--only 02 05 ...] [--timeout 1800]
 
-Each notebook is executed in its own Jupyter kernel. The notebooks' section
-guards append one JSON line per section to the file named by the environment
-variable ``NSPY_TUTORIAL_RESULTS``; the runner points that variable at a fresh
-file per notebook, reads the records back, and summarises everything in
-``<out>/results.json`` and ``<out>/results.md`` next to executed copies of the
+Each notebook runs in its own Jupyter kernel through nbclient. The notebooks' section
+guards append one JSON line per section to the file named by ``NSPY_TUTORIAL_RESULTS``
+(one file per notebook, set by the runner); the runner reads them back and writes
+``<out>/results.md`` and ``<out>/results.json`` next to executed copies of the
 notebooks in ``<out>/notebooks/``.
 
-The output folder is written atomically: everything goes into a sibling
-``<out>.partial-<pid>`` folder that replaces ``<out>`` only once the run is
-complete, so an interrupted run never leaves a half-written card behind.
+Everything is written into ``<out>.partial-<pid>`` first, which replaces ``<out>`` only
+when the run is complete. Ctrl-C (SIGINT) or SIGTERM stops the run: the running kernel
+is killed, the partial folder removed and ``<out>`` left as it was (exit 130 or 143).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import atexit
 import datetime as dt
 import json
 import os
 import platform
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import nbformat
+import zmq
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+from traitlets.config import Config
 
-from nspy_tutorial.sections import STATUSES, SectionRecord
+from nspy_tutorial import bootstrap
+from nspy_tutorial.sections import (
+    FAILED,
+    OK,
+    RESULTS_VAR,
+    SKIPPED,
+    STATUSES,
+    SectionRecord,
+    SettingError,
+    check_settings,
+    first_line,
+)
 
-RESULTS_ENV_VAR = "NSPY_TUTORIAL_RESULTS"
+REPOSITORY = "https://github.com/nspy-tutorial/nspy-tutorial"  # scripts/build_notebooks.py REPO
 NOTEBOOK_NAME = re.compile(r"^(\d+)_.+\.ipynb$")
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+STOP_GRACE_SECONDS = 15.0  # how long an interrupted run waits for nbclient to let go
+NEED_LABELS = {"gpu": "no GPU", "profiler": "no profiler backend", "ncu": "no Nsight Compute backend",
+               "ncu-cli": "no ncu command line"}
+
+
+def now() -> str:
+    """The local time as ISO 8601 with offset, to the second."""
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
 class RunnerError(Exception):
@@ -54,10 +75,9 @@ class RunnerError(Exception):
 
 @dataclass
 class NotebookResult:
-    """The outcome of executing one notebook.
+    """The outcome of one notebook: OK when every cell ran and no section FAILED.
 
-    ``status`` is "OK" only when every cell ran and no section FAILED, because
-    a skipped section is an expected outcome (e.g. no GPU) but a failed one is not.
+    A skipped section is an expected outcome (e.g. no GPU); a failed one is not.
     """
 
     notebook: str
@@ -72,11 +92,6 @@ class NotebookResult:
         return {status: counter.get(status, 0) for status in STATUSES}
 
 
-# --------------------------------------------------------------------------
-# Finding notebooks
-# --------------------------------------------------------------------------
-
-
 def notebook_number(path: Path) -> int:
     """The numeric prefix of a notebook file name, e.g. 2 for ``02_first_profile.ipynb``."""
     match = NOTEBOOK_NAME.match(path.name)
@@ -86,81 +101,42 @@ def notebook_number(path: Path) -> int:
 
 
 def find_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[Path]:
-    """Return the ``NN_*.ipynb`` notebooks in numeric order, optionally only some.
-
-    ``only`` holds number prefixes such as "1" or "01"; they are compared as
-    numbers so that both spellings work. A value that matches no notebook is an
-    error naming the available numbers, so a typo never silently runs nothing.
-    """
+    """The ``NN_*.ipynb`` notebooks in numeric order; ``only`` keeps some numbers ("2", "02")."""
     if not notebooks_dir.is_dir():
-        raise RunnerError(f"notebooks folder not found: {notebooks_dir}")
+        raise RunnerError(
+            f"notebooks folder not found: {notebooks_dir}. The notebooks live in the repository, "
+            f"not in the installed package: git clone {REPOSITORY} and run this from the clone, "
+            "or pass --notebooks-dir <clone>/notebooks"
+        )
     notebooks = sorted(
         (path for path in notebooks_dir.iterdir() if NOTEBOOK_NAME.match(path.name)),
         key=lambda path: (notebook_number(path), path.name),
     )
     if not notebooks:
         raise RunnerError(f"no NN_*.ipynb notebooks in {notebooks_dir}")
-    if not only:
-        return notebooks
-    return select_notebooks(notebooks, only)
+    return select_notebooks(notebooks, only) if only else notebooks
 
 
 def select_notebooks(notebooks: list[Path], only: list[str]) -> list[Path]:
-    """Keep the notebooks whose number is listed in ``only``; reject unknown numbers."""
+    """Keep the notebooks whose number is listed; an unknown number is an error naming the others."""
     available = {notebook_number(path) for path in notebooks}
-    wanted: set[int] = set()
-    unknown: list[str] = []
-    for value in only:
-        if value.isdigit() and int(value) in available:
-            wanted.add(int(value))
-        else:
-            unknown.append(value)
+    unknown = [value for value in only if not (value.isdigit() and int(value) in available)]
     if unknown:
         names = ", ".join(path.name.split("_", 1)[0] for path in notebooks)
-        raise RunnerError(
-            f"--only {' '.join(unknown)}: no such notebook number; available: {names}"
-        )
+        raise RunnerError(f"--only {' '.join(unknown)}: no such notebook number; available: {names}")
+    wanted = {int(value) for value in only}
     return [path for path in notebooks if notebook_number(path) in wanted]
 
 
-# --------------------------------------------------------------------------
-# Section records
-# --------------------------------------------------------------------------
-
-
-def parse_section_record(line: str) -> SectionRecord | None:
-    """Turn one JSON line into a SectionRecord, or None if it is not a valid record."""
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    if not isinstance(data.get("section"), str) or data.get("status") not in STATUSES:
-        return None
-    return SectionRecord(
-        notebook=str(data.get("notebook", "")),
-        section=data["section"],
-        status=data["status"],
-        result=optional_text(data.get("result")),
-        reason=optional_text(data.get("reason")),
-        remedy=optional_text(data.get("remedy")),
-        seconds=float(data.get("seconds") or 0.0),
-    )
-
-
-def optional_text(value: Any) -> str | None:
-    """``None`` stays ``None``; anything else becomes its string form."""
-    return None if value is None else str(value)
+RECORD_FIELDS = {f.name for f in fields(SectionRecord)}
 
 
 def read_section_records(path: Path) -> list[SectionRecord]:
     """Read a JSON-lines records file; the last record per (notebook, section) wins.
 
-    A section is recorded again when its cell is re-run, and the latest run is
-    the one that counts. Sections keep the position of their first record, so
-    the card lists them in notebook order. Unreadable lines are skipped with a
-    warning rather than failing the whole card.
+    A section is recorded again when its cell is re-run, and the latest run counts;
+    sections keep the position of their first record. A line that is not a record is
+    skipped with a warning rather than failing the whole card.
     """
     if not path.exists():
         return []
@@ -168,95 +144,203 @@ def read_section_records(path: Path) -> list[SectionRecord]:
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        record = parse_section_record(line)
-        if record is None:
+        try:
+            data = json.loads(line)
+            if data.get("status") not in STATUSES or not isinstance(data.get("section"), str):
+                raise ValueError
+            record = SectionRecord(**{k: v for k, v in data.items() if k in RECORD_FIELDS})
+        except (ValueError, TypeError, AttributeError):
             print(f"warning: {path.name}:{number}: not a section record, ignored", file=sys.stderr)
             continue
         latest[(record.notebook, record.section)] = record
     return list(latest.values())
 
 
-# --------------------------------------------------------------------------
-# Executing one notebook
-# --------------------------------------------------------------------------
+class Stop:
+    """Remembers the first SIGINT or SIGTERM of the run; the run stops at the next safe point.
 
-
-def error_summary(error: Exception) -> str:
-    """One line describing why a notebook stopped, e.g. ``ZeroDivisionError: division by zero``."""
-    if isinstance(error, CellExecutionError):
-        text = f"{error.ename}: {error.evalue}"
-    else:
-        text = f"{type(error).__name__}: {error}"
-    lines = text.strip().splitlines()
-    return lines[0] if lines else type(error).__name__
-
-
-def run_client(notebook: nbformat.NotebookNode, notebooks_dir: Path, timeout: int) -> str | None:
-    """Execute ``notebook`` in place; return None on success or a one-line error.
-
-    The kernel runs in the notebooks folder so that relative paths inside the
-    notebooks behave as they do when a reader opens them in Jupyter.
+    The handler only records the signal: the main thread then kills the running kernel
+    and removes the partial folder. nbclient runs in a worker thread, where it cannot
+    install its own signal handlers (it only tries in the main thread).
     """
-    client = NotebookClient(
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def __enter__(self) -> Stop:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {signum: signal.signal(signum, self) for signum in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def kill_kernel(client: NotebookClient) -> None:
+    """Kill the client's kernel and everything it started (its own process group), if any."""
+    provisioner = getattr(client.km, "provisioner", None)
+    process = getattr(provisioner, "process", None)
+    if process is None or process.poll() is not None:
+        return
+    try:
+        pgid = getattr(provisioner, "pgid", None)
+        if pgid and hasattr(os, "killpg"):
+            os.killpg(pgid, signal.SIGKILL)
+        else:
+            process.kill()
+    except OSError:
+        pass  # it has just exited
+
+
+class Client(NotebookClient):
+    """nbclient's client, remembering the cell it runs and stopping when the run is stopped.
+
+    A cell that timed out is still running in the kernel; nbclient's graceful shutdown
+    would then make the kernel print a ZMQError traceback on the terminal, so the kernel
+    is shut down immediately instead.
+    """
+
+    stop: Stop | None = None
+    current_cell: int | None = None
+
+    async def async_execute_cell(self, cell: Any, cell_index: int, *args: Any, **kwargs: Any) -> Any:
+        if self.stop is not None and self.stop.signum is not None:
+            raise DeadKernelError("the run was interrupted")
+        self.current_cell = cell_index
+        try:
+            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+        except CellTimeoutError:
+            self.shutdown_kernel = "immediate"
+            raise
+
+
+def kernel_config(socket_dir: Path) -> Config:
+    """Kernel over IPC sockets in a private folder where the platform has them.
+
+    Over TCP, ipykernel warns on every start that the traffic is not encrypted;
+    local sockets in a folder only this user can read need no encryption.
+    """
+    if not zmq.has("ipc"):
+        return Config()
+    return Config({"KernelManager": {"transport": "ipc", "ip": str(socket_dir / "kernel")}})
+
+
+def run_notebook(
+    notebook: nbformat.NotebookNode, cwd: Path, records_file: Path, timeout: int, stop: Stop
+) -> str | None:
+    """Execute ``notebook`` in place in a fresh kernel; None on success, else why it stopped."""
+    client = Client(
         notebook,
         timeout=timeout,
         kernel_name="python3",
-        resources={"metadata": {"path": str(notebooks_dir)}},
+        resources={"metadata": {"path": str(cwd)}},
+        config=kernel_config(records_file.parent),
     )
-    try:
-        client.execute()
-    except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
-        return error_summary(error)
-    return None
+    client.stop = stop
+    env = {**os.environ, RESULTS_VAR: str(records_file)}
+    outcome: dict[str, BaseException] = {}
+
+    def work() -> None:
+        try:
+            asyncio.run(client.async_execute(env=env))
+        except BaseException as error:  # reported by the main thread
+            outcome["error"] = error
+
+    worker = threading.Thread(target=work, name=f"nbclient {records_file.stem}", daemon=True)
+    worker.start()
+    deadline = None
+    while worker.is_alive():
+        worker.join(0.1)
+        if stop.signum is not None:
+            kill_kernel(client)  # again on every turn: the kernel may still be starting
+            deadline = deadline or time.monotonic() + STOP_GRACE_SECONDS
+            if time.monotonic() > deadline:
+                break
+    # nbclient leaves its exit-time kernel cleanup registered when the kernel dies while
+    # starting (e.g. killed by a stop); it would then fail at exit with an AssertionError.
+    atexit.unregister(client._cleanup_kernel)
+    error = outcome.get("error")
+    return None if error is None else stop_reason(error, notebook, client.current_cell, timeout)
+
+
+def stop_reason(
+    error: BaseException, notebook: nbformat.NotebookNode, cell: int | None, timeout: int
+) -> str:
+    """One line: which cell stopped the notebook (number, first source line) and why."""
+    where = ""
+    if cell is not None:
+        source = first_line(notebook.cells[cell].source, 60)
+        where = f'cell {cell + 1} of {len(notebook.cells)} ("{source}"): '
+    if isinstance(error, CellTimeoutError):
+        return f"{where}still running after {timeout} s (--timeout); the kernel was stopped"
+    if isinstance(error, CellExecutionError):
+        return f"{where}{error.ename}: {first_line(error.evalue)}"
+    if isinstance(error, DeadKernelError):
+        return f"{where}the kernel died ({first_line(str(error))})"
+    return f"{where}{type(error).__name__}: {first_line(str(error))}"
 
 
 def execute_notebook(
-    path: Path, executed_dir: Path, records_dir: Path, timeout: int
+    path: Path, executed_dir: Path, records_dir: Path, timeout: int, stop: Stop
 ) -> NotebookResult:
-    """Execute one notebook headless, save the executed copy, and collect its sections.
+    """Execute one notebook, save the executed copy (also after a failure), collect its sections.
 
-    ``NSPY_TUTORIAL_RESULTS`` is set in this process's environment so the kernel
-    inherits it, and restored afterwards. The executed copy is saved even when a
-    cell fails, because the partial outputs are what a reader needs to debug it.
+    The kernel runs in the notebook's folder, so relative paths behave as in Jupyter.
+    A notebook that cannot be read is FAILED with the reason; the run goes on.
     """
-    records_file = records_dir / f"{path.stem}.jsonl"
-    notebook = nbformat.read(path, as_version=4)
-    previous = os.environ.get(RESULTS_ENV_VAR)
-    os.environ[RESULTS_ENV_VAR] = str(records_file)
     started = time.monotonic()
     try:
-        error = run_client(notebook, path.parent.resolve(), timeout)
-    finally:
-        seconds = time.monotonic() - started
-        restore_env(RESULTS_ENV_VAR, previous)
-        nbformat.write(notebook, executed_dir / path.name)
+        notebook = nbformat.read(path, as_version=4)
+    except Exception as error:
+        why = f"cannot read {path.name}: {type(error).__name__}: {first_line(str(error))}"
+        return NotebookResult(path.stem, FAILED, 0.0, error=why)
+    records_file = records_dir / f"{path.stem}.jsonl"
+    error = run_notebook(notebook, path.parent.resolve(), records_file, timeout, stop)
+    nbformat.write(notebook, executed_dir / path.name)
     sections = read_section_records(records_file)
-    failed = error is not None or any(s.status == "FAILED" for s in sections)
+    failed = error is not None or any(s.status == FAILED for s in sections)
     return NotebookResult(
         notebook=path.stem,
-        status="FAILED" if failed else "OK",
-        seconds=round(seconds, 1),
+        status=FAILED if failed else OK,
+        seconds=round(time.monotonic() - started, 1),
         error=error,
         sections=sections,
     )
 
 
-def restore_env(name: str, value: str | None) -> None:
-    """Put an environment variable back to ``value`` (unset it when None)."""
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
+def need_label(needs: str | None) -> str:
+    """Why a section was skipped, in a few words, from the need it lacked."""
+    if not needs:
+        return "other reasons"
+    if re.fullmatch(r"cc\d+\.\d+", needs):
+        return f"GPU below compute capability {needs[2:]}"
+    return NEED_LABELS.get(needs, f"no {needs}")
 
 
-# --------------------------------------------------------------------------
-# The results card
-# --------------------------------------------------------------------------
-
-
-def now_text() -> str:
-    """The current local time as ISO 8601 with offset, to the second."""
-    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+def headline(results: list[NotebookResult]) -> str:
+    """What ran first, e.g. ``3 sections ran OK, 23 skipped (21 no GPU, 2 other reasons), 0 failed``."""
+    sections = [s for result in results for s in result.sections]
+    counts = Counter(s.status for s in sections)
+    skipped = Counter(need_label(s.needs) for s in sections if s.status == SKIPPED)
+    why = ""
+    if len(skipped) == 1:
+        why = f" ({next(iter(skipped))})"
+    elif skipped:
+        why = " (" + ", ".join(f"{n} {label}" for label, n in skipped.most_common()) + ")"
+    noun = "section" if counts[OK] == 1 else "sections"
+    text = f"{counts[OK]} {noun} ran OK, {counts[SKIPPED]} skipped{why}, {counts[FAILED]} failed"
+    stopped = sum(result.error is not None for result in results)
+    if stopped:
+        text += f"; {stopped} of {len(results)} notebooks stopped by an error"
+    return text
 
 
 def build_card(results: list[NotebookResult], started_at: str, finished_at: str) -> dict[str, Any]:
@@ -268,26 +352,25 @@ def build_card(results: list[NotebookResult], started_at: str, finished_at: str)
         "started_at": started_at,
         "finished_at": finished_at,
         "machine": {"platform": platform.platform(), "python": platform.python_version()},
+        "headline": headline(results),
         "totals": {
             "notebooks": len(results),
-            "notebooks_ok": sum(r.status == "OK" for r in results),
-            "notebooks_failed": sum(r.status != "OK" for r in results),
+            "notebooks_ok": sum(r.status == OK for r in results),
+            "notebooks_failed": sum(r.status != OK for r in results),
             "sections": {status: section_totals.get(status, 0) for status in STATUSES},
             "seconds": round(sum(r.seconds for r in results), 1),
         },
-        "notebooks": [notebook_entry(result) for result in results],
-    }
-
-
-def notebook_entry(result: NotebookResult) -> dict[str, Any]:
-    """One notebook's part of the card."""
-    return {
-        "notebook": result.notebook,
-        "status": result.status,
-        "seconds": result.seconds,
-        "error": result.error,
-        "counts": result.counts(),
-        "sections": [asdict(section) for section in result.sections],
+        "notebooks": [
+            {
+                "notebook": r.notebook,
+                "status": r.status,
+                "seconds": r.seconds,
+                "error": r.error,
+                "counts": r.counts(),
+                "sections": [asdict(section) for section in r.sections],
+            }
+            for r in results
+        ],
     }
 
 
@@ -296,116 +379,64 @@ def counts_text(counts: dict[str, int]) -> str:
     return ", ".join(f"{counts[status]} {status}" for status in STATUSES)
 
 
-def table_text(value: str | None) -> str:
-    """Make text safe for one Markdown table cell: first line only, pipes escaped."""
-    if not value:
-        return ""
-    first_line = value.strip().splitlines()[0] if value.strip() else ""
-    return first_line.replace("|", "\\|")
+def cell_text(value: str | None) -> str:
+    """Text for one Markdown table cell: the whole first line, pipes escaped."""
+    lines = (value or "").strip().splitlines()
+    return (lines[0] if lines else "").replace("|", "\\|")
 
 
-def section_row(section: dict[str, Any]) -> str:
-    """One Markdown table row: the result for OK sections, else reason and remedy."""
-    if section["status"] == "OK":
-        detail, remedy = section["result"], None
-    else:
-        detail, remedy = section["reason"], section["remedy"]
-    return (
-        f"| {table_text(section['section'])} | {section['status']} "
-        f"| {table_text(detail)} | {table_text(remedy)} |"
-    )
-
-
-def notebook_markdown(entry: dict[str, Any]) -> list[str]:
-    """The Markdown lines for one notebook: heading, counts, error, section table."""
+def card_markdown(card: dict[str, Any]) -> str:
+    """The human-readable card: headline, one row per notebook, a table per notebook, skip reasons."""
+    totals = card["totals"]
     lines = [
-        f"## {entry['notebook']} — {entry['status']}",
+        "# nspy-tutorial results",
         "",
-        f"{counts_text(entry['counts'])} in {entry['seconds']:.1f} s",
+        f"**{card['headline']}**",
         "",
-    ]
-    if entry["error"]:
-        lines += [f"**Stopped by an error:** `{entry['error']}`", ""]
-    if not entry["sections"]:
-        return lines + ["_No section records._", ""]
-    lines += ["| Section | Status | Result or reason | Remedy |", "|---|---|---|---|"]
-    lines += [section_row(section) for section in entry["sections"]]
-    return lines + [""]
-
-
-def overview_markdown(card: dict[str, Any]) -> list[str]:
-    """One summary row per notebook, so a long run can be judged at a glance."""
-    lines = [
+        f"- Notebooks: {totals['notebooks_ok']} of {totals['notebooks']} without a FAILED section, "
+        f"{totals['seconds']:.1f} s",
+        f"- When: {card['started_at']} to {card['finished_at']}",
+        f"- Machine: {card['machine']['platform']}, Python {card['machine']['python']}",
+        "",
         "| Notebook | Status | OK | SKIPPED | FAILED | Time (s) | Error |",
         "|---|---|---|---|---|---|---|",
     ]
     for entry in card["notebooks"]:
-        counts = entry["counts"]
+        n = entry["counts"]
         lines.append(
-            f"| {entry['notebook']} | {entry['status']} | {counts['OK']} | {counts['SKIPPED']} "
-            f"| {counts['FAILED']} | {entry['seconds']:.1f} | {table_text(entry['error'])} |"
+            f"| {entry['notebook']} | {entry['status']} | {n[OK]} | {n[SKIPPED]} | {n[FAILED]} "
+            f"| {entry['seconds']:.1f} | {cell_text(entry['error'])} |"
         )
-    return lines + [""]
-
-
-def skip_reasons_markdown(card: dict[str, Any]) -> list[str]:
-    """A "Why sections were skipped" list grouping identical reasons, most common first."""
-    reasons = Counter(
-        section["reason"] or "no reason given"
-        for entry in card["notebooks"]
-        for section in entry["sections"]
-        if section["status"] == "SKIPPED"
-    )
-    if not reasons:
-        return []
-    lines = ["## Why sections were skipped", ""]
-    for reason, count in reasons.most_common():
-        noun = "section" if count == 1 else "sections"
-        lines.append(f"- {table_text(reason)} — {count} {noun}")
-    return lines + [""]
-
-
-def write_card_markdown(card: dict[str, Any], path: Path) -> None:
-    """Write the human-readable card: header, overview, one table per notebook, skip reasons."""
-    totals = card["totals"]
-    machine = card["machine"]
-    lines = [
-        "# nspy-tutorial results",
-        "",
-        f"- When: {card['started_at']} to {card['finished_at']}",
-        f"- Machine: {machine['platform']}, Python {machine['python']}",
-        f"- Notebooks: {totals['notebooks_ok']} of {totals['notebooks']} OK in {totals['seconds']:.1f} s",
-        f"- Sections: {counts_text(totals['sections'])}",
-        "",
-    ]
-    lines += overview_markdown(card)
+    lines.append("")
     for entry in card["notebooks"]:
-        lines += notebook_markdown(entry)
-    lines += skip_reasons_markdown(card)
-    path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
-
-
-def write_card_json(card: dict[str, Any], path: Path) -> None:
-    """Write the machine-readable card."""
-    path.write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
-
-
-# --------------------------------------------------------------------------
-# The output folder
-# --------------------------------------------------------------------------
-
-
-def partial_dir_for(out: Path) -> Path:
-    """The temporary sibling folder a run writes into before it replaces ``out``."""
-    return out.parent / f"{out.name}.partial-{os.getpid()}"
+        lines += [f"## {entry['notebook']} — {entry['status']}", ""]
+        if entry["error"]:
+            lines += [f"**Stopped by an error:** {cell_text(entry['error'])}", ""]
+        if not entry["sections"]:
+            lines += ["_No section records._", ""]
+            continue
+        lines += ["| Section | Status | Result or reason | Remedy |", "|---|---|---|---|"]
+        for s in entry["sections"]:
+            detail, remedy = (s["result"], None) if s["status"] == OK else (s["reason"], s["remedy"])
+            lines.append(
+                f"| {cell_text(s['section'])} | {s['status']} | {cell_text(detail)} | {cell_text(remedy)} |"
+            )
+        lines.append("")
+    reasons = Counter(
+        s["reason"] or "no reason given"
+        for entry in card["notebooks"]
+        for s in entry["sections"]
+        if s["status"] == SKIPPED
+    )
+    if reasons:
+        lines += ["## Why sections were skipped", ""]
+        for reason, count in reasons.most_common():
+            lines.append(f"- {cell_text(reason)} — {count} section{'' if count == 1 else 's'}")
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def check_out_dir(out: Path) -> None:
-    """Refuse to replace a folder that is not a previous results folder.
-
-    The run deletes the old ``out`` at the end; this guard stops a mistyped
-    ``--out`` (say, the project folder) from being wiped.
-    """
+    """Refuse to replace anything but a previous results folder (a mistyped --out is not wiped)."""
     if not out.exists():
         return
     if not out.is_dir():
@@ -417,106 +448,103 @@ def check_out_dir(out: Path) -> None:
         )
 
 
-def replace_dir(partial: Path, out: Path) -> None:
-    """Swap the finished partial folder into place of ``out``."""
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(partial, out)
-
-
-# --------------------------------------------------------------------------
-# The run
-# --------------------------------------------------------------------------
-
-
-def progress_end(result: NotebookResult) -> str:
-    """The end-of-notebook part of a progress line."""
-    summary = counts_text(result.counts())
-    if result.error:
-        return f"FAILED after {result.seconds:.1f} s: {summary}; {result.error}"
-    return f"done in {result.seconds:.1f} s: {summary}"
-
-
-def run_all(notebooks: list[Path], partial: Path, timeout: int) -> list[NotebookResult]:
-    """Execute the notebooks in order, printing one line before and after each."""
-    executed_dir = partial / "notebooks"
-    executed_dir.mkdir(parents=True)
-    results = []
-    with tempfile.TemporaryDirectory(prefix="nspy-tutorial-records-") as records:
-        for index, path in enumerate(notebooks, 1):
-            label = f"[{index}/{len(notebooks)}] {path.stem} ..."
-            print(label, flush=True)
-            result = execute_notebook(path, executed_dir, Path(records), timeout)
-            print(f"{label} {progress_end(result)}", flush=True)
-            results.append(result)
-    return results
-
-
 def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) -> int:
-    """Run the notebooks, write the card, and return the exit code.
-
-    Everything is written to a partial folder first; it replaces ``out`` only
-    after the card is complete, and is removed if anything goes wrong.
-    """
+    """Run the notebooks, write the card, replace ``out``; return the exit code."""
+    try:
+        check_settings()
+        bootstrap.backend_choice()
+    except SettingError as error:
+        raise RunnerError(str(error)) from None
     notebooks = find_notebooks(notebooks_dir, only)
     out = out.resolve()
     check_out_dir(out)
-    partial = partial_dir_for(out)
+    partial = out.parent / f"{out.name}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
-    started_at = now_text()
+    started_at = now()
+    results: list[NotebookResult] = []
     try:
-        results = run_all(notebooks, partial, timeout)
-        card = build_card(results, started_at, now_text())
-        write_card_json(card, partial / "results.json")
-        write_card_markdown(card, partial / "results.md")
-        replace_dir(partial, out)
+        with Stop() as stop, tempfile.TemporaryDirectory(prefix="nspy-run-") as scratch:
+            (partial / "notebooks").mkdir(parents=True)
+            for index, path in enumerate(notebooks, 1):
+                if stop.signum is not None:
+                    break
+                label = f"[{index}/{len(notebooks)}] {path.stem} ..."
+                print(label, flush=True)
+                result = execute_notebook(path, partial / "notebooks", Path(scratch), timeout, stop)
+                if stop.signum is None:
+                    how = "FAILED after" if result.error else "done in"
+                    why = f"; {result.error}" if result.error else ""
+                    print(f"{label} {how} {result.seconds:.1f} s: {counts_text(result.counts())}{why}", flush=True)
+                results.append(result)
+            if stop.signum is None:
+                card = build_card(results, started_at, now())
+                (partial / "results.json").write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+                (partial / "results.md").write_text(card_markdown(card), encoding="utf-8")
+            if stop.signum is not None:
+                shutil.rmtree(partial, ignore_errors=True)
+                return interrupted(stop.signum, out)
+            if out.exists():
+                shutil.rmtree(out)
+            os.replace(partial, out)
+    except KeyboardInterrupt:  # before the handlers were installed or after they were removed
+        shutil.rmtree(partial, ignore_errors=True)
+        return interrupted(signal.SIGINT, out)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+    print(card["headline"])
     print(f"Results card: {out / 'results.md'} (data: {out / 'results.json'})")
-    return EXIT_OK if all(r.status == "OK" for r in results) else EXIT_FAILED
+    return EXIT_OK if all(r.status == OK for r in results) else EXIT_FAILED
+
+
+def interrupted(signum: int, out: Path | None) -> int:
+    """Say so in one line; the exit code is 128 + the signal number (130 SIGINT, 143 SIGTERM)."""
+    kept = f"; {out} left as it was" if out is not None else ""
+    print(f"interrupted ({signal.Signals(signum).name}){kept}", file=sys.stderr, flush=True)
+    return 128 + signum
+
+
+def positive_seconds(text: str) -> int:
+    """argparse type for --timeout: a whole number of seconds above zero."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of seconds above 0, got {text!r} (for a long cell, give a large value)"
+        )
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line: one ``run`` subcommand."""
     parser = argparse.ArgumentParser(
-        prog="nspy-tutorial",
-        description="Run the nspy-tutorial notebooks and write a results card.",
+        prog="nspy-tutorial", description="Run the nspy-tutorial notebooks and write a results card."
     )
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser("run", help="execute the notebooks headless")
-    run_parser.add_argument(
-        "--notebooks-dir",
-        type=Path,
-        default=Path("notebooks"),
-        help="folder holding NN_*.ipynb (default: notebooks)",
-    )
-    run_parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("results"),
-        help="output folder, replaced at the end of the run (default: results)",
-    )
-    run_parser.add_argument(
-        "--only", nargs="+", metavar="NN", help="run only these notebook numbers, e.g. --only 02 05"
-    )
-    run_parser.add_argument(
-        "--timeout", type=int, default=1800, help="seconds allowed per cell (default: 1800)"
-    )
+    add = run_parser.add_argument
+    add("--notebooks-dir", type=Path, default=Path("notebooks"),
+        help="folder holding NN_*.ipynb (default: notebooks, in a clone of the repository)")
+    add("--out", type=Path, default=Path("results"),
+        help="output folder, replaced at the end of the run (default: results)")
+    add("--only", nargs="+", metavar="NN", help="run only these notebook numbers, e.g. --only 02 05")
+    add("--timeout", type=positive_seconds, default=1800, help="seconds allowed per cell (default: 1800)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nspy-tutorial`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    args = None
     try:
+        args = build_parser().parse_args(argv)
         return run(args.notebooks_dir, args.out, args.only, args.timeout)
     except RunnerError as error:
         print(f"nspy-tutorial: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"\nInterrupted; {args.out} was left as it was.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # before the run installed its own handlers
+        return interrupted(signal.SIGINT, args and args.out)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,17 @@ A section is a ``with`` block::
   "needs a GPU"), with a reason and a remedy.
 * FAILED  -- anything else; the traceback is printed.
 
-Environment variables (read at each section's end, so a notebook need not restart):
+Environment variables (read at each section's start and end, so a notebook need not
+restart; a value they do not understand raises :class:`SettingError` there, so a typo
+fails the cell loudly instead of being ignored):
 
 * ``NSPY_TUTORIAL_STRICT=1``: a FAILED section re-raises, so nbmake/nbclient fail.
+  Spellings: 1/0, true/false, yes/no, on/off (any case), or empty (off).
 * ``NSPY_TUTORIAL_RESULTS=<file>``: every section appends one JSON line
-  (notebook, section, status, result, reason, remedy, seconds).
+  (notebook, section, status, result, reason, remedy, needs, seconds).
 * ``NSPY_TUTORIAL_REQUIRE=ncu``: a skip because the Nsight Compute backend is missing
-  counts as a failure (for a GPU runner that must have it).
+  counts as a failure (for a GPU runner that must have it). Comma-separated needs:
+  gpu, profiler, ncu, ncu-cli, cc<major>.<minor> (e.g. cc8.0).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 import traceback
 from types import TracebackType
@@ -35,12 +40,26 @@ from nspy_tutorial.display import banner
 OK, SKIPPED, FAILED = "OK", "SKIPPED", "FAILED"
 STATUSES = (OK, SKIPPED, FAILED)
 
+STRICT_VAR = "NSPY_TUTORIAL_STRICT"
+REQUIRE_VAR = "NSPY_TUTORIAL_REQUIRE"
+RESULTS_VAR = "NSPY_TUTORIAL_RESULTS"
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("", "0", "false", "no", "off")
+# What ``Environment.require`` and ``require_compute_capability`` put in ``Skip.needs``.
+NEEDS = ("gpu", "profiler", "ncu", "ncu-cli")
+CC_NEED = re.compile(r"cc\d+\.\d+")
+
+
+class SettingError(ValueError):
+    """An ``NSPY_TUTORIAL_*`` environment variable holds a value it does not accept."""
+
 
 class Skip(Exception):
     """Raised inside a section when a precondition is not met.
 
-    ``needs`` names what is missing (``"gpu"``, ``"ncu"``, ``"cupti"``, ...), so that
-    ``NSPY_TUTORIAL_REQUIRE`` can turn chosen skips into failures.
+    ``needs`` names what is missing; it is recorded and the results card groups skips by
+    it. ``NSPY_TUTORIAL_REQUIRE`` can turn skips for the needs in :data:`NEEDS` and
+    ``cc<major>.<minor>`` into failures; any other word (``"cupti"``, ...) is only recorded.
     """
 
     def __init__(self, reason: str, remedy: str, needs: str = "") -> None:
@@ -75,6 +94,7 @@ class SectionRecord:
     result: str | None = None
     reason: str | None = None
     remedy: str | None = None
+    needs: str | None = None  # for a skip: what was missing ("gpu", "ncu", "cc8.0", ...)
     seconds: float = 0.0
 
 
@@ -98,19 +118,55 @@ def reset() -> None:
     _RECORDS.clear()
 
 
-def _strict() -> bool:
-    return os.environ.get("NSPY_TUTORIAL_STRICT", "") not in ("", "0")
+def strict() -> bool:
+    """``NSPY_TUTORIAL_STRICT`` as a yes/no; :class:`SettingError` for any other spelling."""
+    value = os.environ.get(STRICT_VAR, "")
+    word = value.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise SettingError(
+        f"{STRICT_VAR}={value!r} is not a yes/no value; use 1/0, true/false, yes/no or "
+        "on/off (any case), or leave it empty for off"
+    )
 
 
-def _required() -> set[str]:
-    value = os.environ.get("NSPY_TUTORIAL_REQUIRE", "")
-    return {part.strip() for part in value.split(",") if part.strip()}
+def required() -> set[str]:
+    """The needs listed in ``NSPY_TUTORIAL_REQUIRE``; :class:`SettingError` for an unknown one."""
+    value = os.environ.get(REQUIRE_VAR, "")
+    needs = {part.strip().lower() for part in value.split(",") if part.strip()}
+    unknown = sorted(need for need in needs if need not in NEEDS and not CC_NEED.fullmatch(need))
+    if unknown:
+        raise SettingError(
+            f"{REQUIRE_VAR}={value!r}: unknown need {', '.join(map(repr, unknown))}; valid needs: "
+            f"{', '.join(NEEDS)}, cc<major>.<minor> (e.g. cc8.0), comma-separated"
+        )
+    return needs
+
+
+def check_settings() -> None:
+    """Raise :class:`SettingError` if a variable the guard reads holds a value it does not accept."""
+    strict()
+    required()
 
 
 def first_line(text: str, limit: int = 200) -> str:
-    """The first line of ``text``, at most ``limit`` characters (for one-line reasons)."""
+    """The first line of ``text`` for a one-line reason, never cut inside a word.
+
+    A line longer than ``limit`` is cut at the last space that keeps it within
+    ``limit`` characters and ends with "..."; a line without such a space is kept whole.
+    """
     lines = text.strip().splitlines()
-    return (lines[0] if lines else "")[:limit]
+    line = lines[0] if lines else ""
+    if len(line) <= limit:
+        return line
+    head = line[: limit - 3]
+    if line[len(head)] != " ":
+        if " " not in head:
+            return line
+        head = head.rsplit(" ", 1)[0]
+    return head.rstrip() + "..."
 
 
 class section:
@@ -123,6 +179,7 @@ class section:
         self._start = 0.0
 
     def __enter__(self) -> "section":
+        check_settings()  # a mistyped variable fails here, before the section's work
         banner(self.name)
         self._start = time.perf_counter()
         return self
@@ -143,15 +200,15 @@ class section:
                 record.status = FAILED
                 record.reason = "the section finished without setting its one-line result"
                 record.remedy = "set `s.result = ...` at the end of the section"
-                reraise = _strict()
+                reraise = strict()
             else:
                 record.result = self.result
         elif isinstance(exc, Skip):
-            record.reason, record.remedy = exc.reason, exc.remedy
-            if exc.needs and exc.needs in _required():
+            record.reason, record.remedy, record.needs = exc.reason, exc.remedy, exc.needs or None
+            if exc.needs and exc.needs.lower() in required():
                 record.status = FAILED
                 record.reason = f"required `{exc.needs}` is missing: {exc.reason}"
-                reraise = _strict()
+                reraise = strict()
             else:
                 record.status = SKIPPED
         else:
@@ -159,7 +216,7 @@ class section:
             record.reason = f"{type(exc).__name__}: {first_line(str(exc))}"
             record.remedy = "see the traceback above"
             traceback.print_exception(exc_type, exc, tb, limit=6)
-            reraise = _strict()
+            reraise = strict()
         self.status = record.status
         _RECORDS[self.name] = record
         _print_outcome(record)
@@ -181,7 +238,7 @@ def _print_outcome(record: SectionRecord) -> None:
 
 
 def _append_to_results_file(record: SectionRecord) -> None:
-    path = os.environ.get("NSPY_TUTORIAL_RESULTS")
+    path = os.environ.get(RESULTS_VAR)
     if not path:
         return
     with open(path, "a", encoding="utf-8") as handle:
@@ -201,6 +258,6 @@ def summary() -> list[SectionRecord]:
         print(f"  {rec.status:<8s} {rec.section}\n           {line}")
     counts = {s: sum(r.status == s for r in recs) for s in (OK, SKIPPED, FAILED)}
     print(f"\n  {counts[OK]} OK, {counts[SKIPPED]} SKIPPED, {counts[FAILED]} FAILED")
-    if _strict() and counts[FAILED]:
+    if strict() and counts[FAILED]:
         raise ClaimFailed(f"{counts[FAILED]} section(s) FAILED in {_NOTEBOOK['name']}")
     return recs

@@ -110,13 +110,21 @@ def test_decide_ncu_with_a_new_enough_ncu_has_no_problem():
 # --------------------------------------------------------------------------
 
 
-def test_require_gpu_without_gpu_skips_with_the_change_runtime_type_remedy():
-    env = make_env(gpu_name=None, gpu_problem="NVML sees no GPU", facts=None, backend=None)
+def test_require_gpu_without_gpu_on_colab_skips_with_the_change_runtime_type_remedy():
+    env = make_env(on_colab=True, gpu_name=None, gpu_problem="NVML sees no GPU", facts=None, backend=None)
     with pytest.raises(Skip) as skipped:
         env.require("gpu")
     assert skipped.value.needs == "gpu"
     assert "NVML sees no GPU" in skipped.value.reason
     assert "Change runtime type" in skipped.value.remedy
+
+
+def test_require_gpu_without_gpu_outside_colab_points_at_a_gpu_machine_not_the_colab_menu():
+    env = make_env(on_colab=False, gpu_name=None, gpu_problem="NVML sees no GPU", facts=None, backend=None)
+    with pytest.raises(Skip) as skipped:
+        env.require("gpu")
+    assert "Runtime ->" not in skipped.value.remedy
+    assert "NVIDIA GPU" in skipped.value.remedy and "nvidia-smi" in skipped.value.remedy
 
 
 @pytest.mark.parametrize("need", ["profiler", "ncu", "ncu-cli"])
@@ -280,7 +288,8 @@ def test_setup_without_gpu_returns_an_environment_with_no_backend(monkeypatch, c
     assert env.cupti_problem == "no GPU"
     assert env.ncu_problem
     assert env.facts is None and env.datasheet is None
-    assert "Change runtime type" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "nvidia-smi" in out and "Change runtime type" not in out
 
 
 def test_setup_without_gpu_tells_nsight_not_to_load_nsight_compute(monkeypatch):
@@ -289,12 +298,53 @@ def test_setup_without_gpu_tells_nsight_not_to_load_nsight_compute(monkeypatch):
     assert os.environ["NSPY_NCU_INIT_AT_IMPORT"] == "0"
 
 
-def test_setup_without_gpu_banner_lines_mention_change_runtime_type(monkeypatch):
+def test_setup_without_gpu_banner_lines_give_the_remedy_for_where_the_reader_is(monkeypatch):
     env = run_setup_without_gpu(monkeypatch)
     lines = banner_lines(env)
     assert lines[0] == f"GPU          none -- {NO_GPU[2]}"
-    assert any("Change runtime type" in line for line in lines)
+    assert lines[1].strip() == bootstrap.LOCAL_GPU_HINT
     assert any(line.startswith("backend      none") for line in lines)
+    env.on_colab = True
+    assert banner_lines(env)[1].strip() == bootstrap.COLAB_GPU_HINT
+
+
+def fake_torch_build(cuda: str | None) -> types.ModuleType:
+    torch = types.ModuleType("torch")
+    torch.version = types.SimpleNamespace(cuda=cuda)  # type: ignore[attr-defined]
+    return torch
+
+
+@pytest.mark.parametrize(
+    ("cuda", "has_gpu", "text"),
+    [
+        (None, False, "(a CPU-only build: it cannot use a GPU)"),
+        ("13.0", False, "(built for CUDA 13.0; unused here: no NVIDIA GPU or driver)"),
+        ("13.0", True, "(CUDA 13.0)"),
+    ],
+)
+def test_banner_says_what_torchs_cuda_means_here(monkeypatch, cuda, has_gpu, text):
+    monkeypatch.setitem(sys.modules, "torch", fake_torch_build(cuda))
+    env = make_env() if has_gpu else make_env(gpu_problem="NVML sees no GPU", facts=None, backend=None)
+    driver_line = next(line for line in banner_lines(env) if line.startswith("driver"))
+    assert driver_line.endswith(text)
+    assert "CUDA -" not in driver_line
+
+
+@pytest.mark.parametrize("value", ["cupti", "CUPTI", " Cupti ", ""])
+def test_backend_choice_accepts_cupti_or_nothing(monkeypatch, value):
+    monkeypatch.setenv("NSPY_TUTORIAL_BACKEND", value)
+    assert bootstrap.backend_choice() == value.strip().lower()
+
+
+@pytest.mark.parametrize("value", ["bogus", "ncu2", "nsys"])
+def test_setup_rejects_an_unknown_backend_naming_the_valid_ones(monkeypatch, value):
+    monkeypatch.setenv("NSPY_TUTORIAL_BACKEND", value)
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: pytest.fail("setup went on to probe the GPU"))
+    with pytest.raises(sections.SettingError) as raised:
+        bootstrap.setup("01_first")
+    assert f"NSPY_TUTORIAL_BACKEND={value!r}" in str(raised.value)
+    assert "valid: cupti" in str(raised.value) and "unset/empty" in str(raised.value)
+    assert bootstrap._ENV is None
 
 
 def test_setup_names_the_notebook_for_the_section_records(monkeypatch):

@@ -289,11 +289,14 @@ def last_line(out: str) -> str:
 
 # ------------------------------------------------------------------ layout and options
 
-def test_script_is_executable_and_scripts_entry_is_relative_symlink():
+def test_script_is_executable_and_scripts_entry_is_the_same_script():
+    """A relative symlink in the repository; an sdist stores it as an identical copy."""
     assert os.access(RESOURCE, os.X_OK)
-    assert SCRIPT.is_symlink()
-    assert os.readlink(SCRIPT) == "../nspy_tutorial/resources/install_ncu.sh"
-    assert SCRIPT.resolve() == RESOURCE.resolve()
+    if SCRIPT.is_symlink():
+        assert os.readlink(SCRIPT) == "../nspy_tutorial/resources/install_ncu.sh"
+        assert SCRIPT.resolve() == RESOURCE.resolve()
+    else:
+        assert SCRIPT.read_bytes() == RESOURCE.read_bytes() and os.access(SCRIPT, os.X_OK)
 
 
 def test_help_prints_usage_and_exit_codes(sb):
@@ -373,6 +376,23 @@ def test_not_root_exits_3(sb):
     assert "root" in r.stderr and "sudo" in r.stderr
     assert r.stdout == ""
     assert sb.calls("apt-get") == []
+
+
+def test_not_root_says_root_is_needed_before_any_word_of_installing(sb):
+    sb.add_ncu(sb.bin, "2025.3.1.0")
+    r = sb.run(FAKE_UID="1000")
+    lines = r.stderr.splitlines()
+    first = next(i for i, line in enumerate(lines) if "installing" in line)
+    assert "needs root" in lines[first], lines
+    assert not any("installing" in line and "needs root" not in line for line in lines), lines
+
+
+def test_dry_run_as_non_root_says_root_is_needed_before_the_install_plan(sb):
+    r = sb.run("--dry-run", FAKE_UID="1000")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    root = next(i for i, line in enumerate(lines) if "needs root" in line)
+    assert all("would run: apt-get" not in line and "would install" not in line for line in lines[:root]), lines
 
 
 @pytest.mark.parametrize("missing", ["apt-get", "dpkg"])

@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 from nspy_tutorial import runner
-from nspy_tutorial.bootstrap import probe_gpu
+from nspy_tutorial.bootstrap import gpu_remedy, on_colab, probe_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS_DIR = ROOT / "notebooks"
@@ -127,7 +127,7 @@ def test_every_skipped_section_has_reason_and_remedy(card):
     assert bad == []
 
 
-def test_without_gpu_gpu_sections_skip_naming_the_gpu_and_the_colab_remedy(card, run):
+def test_without_gpu_gpu_sections_skip_naming_the_gpu_and_the_remedy_for_this_machine(card, run):
     name, _, problem = probe_gpu()
     if problem is None:
         pytest.skip(f"NVML finds a GPU ({name}): GPU sections run here instead of skipping")
@@ -143,7 +143,7 @@ def test_without_gpu_gpu_sections_skip_naming_the_gpu_and_the_colab_remedy(card,
             bad.append((*key, record["status"]))
         elif "needs a GPU" not in (record["reason"] or ""):
             bad.append((*key, f"reason: {record['reason']}"))
-        elif "Change runtime type" not in (record["remedy"] or ""):
+        elif record["remedy"] != gpu_remedy(on_colab()):
             bad.append((*key, f"remedy: {record['remedy']}"))
     assert bad == []
 

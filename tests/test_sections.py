@@ -12,9 +12,20 @@ import json
 import pytest
 
 from nspy_tutorial import sections
-from nspy_tutorial.sections import FAILED, OK, SKIPPED, ClaimFailed, Skip, claim, section, summary
+from nspy_tutorial.sections import (
+    FAILED,
+    OK,
+    SKIPPED,
+    ClaimFailed,
+    SettingError,
+    Skip,
+    claim,
+    first_line,
+    section,
+    summary,
+)
 
-RECORD_KEYS = {"notebook", "section", "status", "result", "reason", "remedy", "seconds"}
+RECORD_KEYS = {"notebook", "section", "status", "result", "reason", "remedy", "needs", "seconds"}
 
 
 @pytest.fixture(autouse=True)
@@ -140,7 +151,7 @@ def test_unexpected_exception_is_suppressed_when_not_strict():
     assert only_record().status == FAILED
 
 
-@pytest.mark.parametrize("value", ["1", "yes"])
+@pytest.mark.parametrize("value", ["1", "yes", "true", "TRUE", "On", " yes "])
 def test_strict_mode_reraises_the_original_exception(monkeypatch, value):
     monkeypatch.setenv("NSPY_TUTORIAL_STRICT", value)
     original = RuntimeError("boom")
@@ -151,11 +162,31 @@ def test_strict_mode_reraises_the_original_exception(monkeypatch, value):
     assert only_record().status == FAILED
 
 
-def test_strict_zero_is_not_strict(monkeypatch):
-    monkeypatch.setenv("NSPY_TUTORIAL_STRICT", "0")
+@pytest.mark.parametrize("value", ["0", "false", "False", "no", "NO", "off", ""])
+def test_strict_off_spellings_are_not_strict(monkeypatch, value):
+    monkeypatch.setenv("NSPY_TUTORIAL_STRICT", value)
     with section("3. Breaks"):
         raise RuntimeError("boom")
     assert only_record().status == FAILED
+
+
+@pytest.mark.parametrize("value", ["2", "maybe", "ja", "enabled"])
+def test_strict_with_an_unknown_spelling_fails_the_cell_before_the_section_runs(monkeypatch, value):
+    monkeypatch.setenv("NSPY_TUTORIAL_STRICT", value)
+    ran = []
+    with pytest.raises(SettingError) as raised:
+        with section("3. Anything"):
+            ran.append(1)
+    message = str(raised.value)
+    assert f"NSPY_TUTORIAL_STRICT={value!r}" in message
+    assert "1/0, true/false, yes/no or on/off" in message
+    assert ran == [] and sections.records() == []
+
+
+def test_strict_with_an_unknown_spelling_also_fails_summary(monkeypatch):
+    monkeypatch.setenv("NSPY_TUTORIAL_STRICT", "maybe")
+    with pytest.raises(SettingError, match="NSPY_TUTORIAL_STRICT"):
+        summary()
 
 
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
@@ -247,6 +278,39 @@ def test_require_accepts_a_comma_separated_list(monkeypatch):
     with section("2. Needs a GPU"):
         raise Skip("needs a GPU", "change the runtime type", needs="gpu")
     assert only_record().status == FAILED
+
+
+def test_require_accepts_a_compute_capability_need(monkeypatch):
+    monkeypatch.setenv("NSPY_TUTORIAL_REQUIRE", "cc8.0")
+    with section("1. TF32"):
+        raise Skip("TF32 needs compute capability >= 8.0", "use an Ampere GPU", needs="cc8.0")
+    assert only_record().status == FAILED
+
+
+@pytest.mark.parametrize("value", ["bogus", "gpu,bogus", "cuda", "cc8", "GPU, ncu ,nc"])
+def test_require_with_an_unknown_need_fails_naming_the_valid_ones(monkeypatch, value):
+    monkeypatch.setenv("NSPY_TUTORIAL_REQUIRE", value)
+    with pytest.raises(SettingError) as raised:
+        with section("1. Anything"):
+            pass
+    message = str(raised.value)
+    assert f"NSPY_TUTORIAL_REQUIRE={value!r}" in message
+    assert "valid needs: gpu, profiler, ncu, ncu-cli, cc<major>.<minor> (e.g. cc8.0)" in message
+
+
+def test_require_is_case_insensitive(monkeypatch):
+    monkeypatch.setenv("NSPY_TUTORIAL_REQUIRE", "GPU")
+    with section("2. Needs a GPU"):
+        raise Skip("needs a GPU", "change the runtime type", needs="gpu")
+    assert only_record().status == FAILED
+
+
+def test_skip_records_what_it_needs():
+    with section("2. Needs a GPU"):
+        raise Skip("needs a GPU", "change the runtime type", needs="gpu")
+    with section("3. Needs section 2"):
+        raise Skip("section 2 was skipped", "run it on a GPU")
+    assert [r.needs for r in sections.records()] == ["gpu", None]
 
 
 def test_skip_without_needs_is_never_turned_into_a_failure(monkeypatch):
@@ -350,3 +414,33 @@ def test_false_claim_inside_a_section_makes_it_failed():
     rec = only_record()
     assert rec.status == FAILED
     assert rec.reason == "ClaimFailed: claim no longer holds: speedup above 1"
+
+
+# --------------------------------------------------------------------------
+# first_line
+# --------------------------------------------------------------------------
+
+
+def test_first_line_keeps_a_short_first_line_whole():
+    assert first_line("  ValueError: bad value\nsecond line") == "ValueError: bad value"
+
+
+def test_first_line_cuts_a_long_line_at_a_word_boundary_with_an_ellipsis():
+    text = " ".join(f"word{i:03d}" for i in range(100))  # 799 characters
+    cut = first_line(text, limit=50)
+    assert len(cut) <= 50 and cut.endswith("...")
+    kept = cut[:-3].split(" ")
+    assert kept == text.split(" ")[: len(kept)]  # whole words only
+    assert len(kept) == 6  # as many as fit: 6 * 7 characters + 5 spaces + "..." = 50
+
+
+def test_first_line_never_cuts_a_single_long_word():
+    path = "/very/long/" + "x" * 300
+    assert first_line(path, limit=50) == path
+
+
+def test_failed_reason_from_a_long_message_ends_on_a_whole_word():
+    with section("3. Breaks"):
+        raise RuntimeError("boom " + "detail " * 60)
+    reason = only_record().reason
+    assert reason.endswith("detail...") and len(reason) <= len("RuntimeError: ") + 200

@@ -213,8 +213,9 @@ if [[ -n $best_dir ]]; then
 fi
 
 # ---------------------------------------------------------------- install
-if ((DRY_RUN)); then action="would install one"; else action="installing one"; fi
-say "no ncu >= $MIN_VERSION found (looked at PATH and $SEARCH_ROOT/*/ncu); $action"
+# A real run says "installing" only once nothing stops it (architecture, root, apt, versions).
+none_found="no ncu >= $MIN_VERSION found (looked at PATH and $SEARCH_ROOT/*/ncu)"
+if ((DRY_RUN)); then say "$none_found"; fi
 
 machine=$(uname -m)
 case $machine in
@@ -264,13 +265,13 @@ if ((DRY_RUN)); then
 fi
 
 [[ -n $repo_arch ]] ||
-    die 7 "unsupported architecture '$machine': Nsight Compute packages exist only for x86_64 and aarch64; use such a machine, or install ncu >= $MIN_VERSION by hand"
+    die 7 "$none_found; unsupported architecture '$machine': Nsight Compute packages exist only for x86_64 and aarch64; use such a machine, or install ncu >= $MIN_VERSION by hand"
 
 [[ $(id -u) == 0 ]] ||
-    die 3 "installing ncu >= $MIN_VERSION needs root: run as root or with sudo (sudo bash $0)"
+    die 3 "$none_found; installing one needs root: run as root or with sudo (sudo bash $0)"
 
 if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg >/dev/null 2>&1; then
-    die 4 "apt-get/dpkg not found on PATH: only Debian/Ubuntu are supported; install Nsight Compute >= $MIN_VERSION by hand from https://developer.nvidia.com/tools-overview/nsight-compute/get-started"
+    die 4 "$none_found; apt-get/dpkg not found on PATH: only Debian/Ubuntu are supported; install Nsight Compute >= $MIN_VERSION by hand from https://developer.nvidia.com/tools-overview/nsight-compute/get-started"
 fi
 
 ((${#VERSIONS[@]} > 0)) ||
@@ -279,6 +280,7 @@ fi
 { printf '== %s: installing ncu >= %s (%s)\n' "$PROG" "$MIN_VERSION" "${VERSIONS[*]}" >"$LOG"; } 2>/dev/null ||
     usage_error "cannot write the log file $LOG: set NCU_INSTALL_LOG to a writable path"
 
+say "$none_found; installing one"
 export DEBIAN_FRONTEND=noninteractive
 
 installed_pkg=""

@@ -1,0 +1,21 @@
+"""``ruff check .`` with the project's configuration (pyproject.toml, ``[tool.ruff]``).
+
+The configuration knows the notebook sources: ``nt`` and ``ENV`` come from the setup cell
+the builder writes, and their cells import where the lesson needs it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ruff_finds_nothing():
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "."],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
