@@ -61,7 +61,7 @@ NOTEBOOK_NAME = re.compile(r"^(\d+)_.+\.ipynb$")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 STOP_GRACE_SECONDS = 15.0  # how long an interrupted run waits for nbclient to let go
 NEED_LABELS = {"gpu": "no GPU", "profiler": "no profiler backend", "ncu": "no Nsight Compute backend",
-               "ncu-cli": "no ncu command line"}
+               "ncu-cli": "no ncu command line", "cupti": "no cupti-python", "triton": "no Triton"}
 
 
 def now() -> str:

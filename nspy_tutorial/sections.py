@@ -46,7 +46,7 @@ RESULTS_VAR = "NSPY_TUTORIAL_RESULTS"
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("", "0", "false", "no", "off")
 # What ``Environment.require`` and ``require_compute_capability`` put in ``Skip.needs``.
-NEEDS = ("gpu", "profiler", "ncu", "ncu-cli")
+NEEDS = ("gpu", "profiler", "ncu", "ncu-cli", "cupti", "triton")
 CC_NEED = re.compile(r"cc\d+\.\d+")
 
 
@@ -59,7 +59,8 @@ class Skip(Exception):
 
     ``needs`` names what is missing; it is recorded and the results card groups skips by
     it. ``NSPY_TUTORIAL_REQUIRE`` can turn skips for the needs in :data:`NEEDS` and
-    ``cc<major>.<minor>`` into failures; any other word (``"cupti"``, ...) is only recorded.
+    ``cc<major>.<minor>`` into failures (``"cupti"``: cupti-python for a child process while
+    Nsight Compute holds this one; ``"triton"``: torch.compile); any other word is only recorded.
     """
 
     def __init__(self, reason: str, remedy: str, needs: str = "") -> None:

@@ -156,7 +156,7 @@ def test_timeout_must_be_a_positive_number_of_seconds(notebooks_dir, tmp_path, c
     ("variable", "value", "names"),
     [
         ("NSPY_TUTORIAL_STRICT", "maybe", "1/0, true/false, yes/no"),
-        ("NSPY_TUTORIAL_REQUIRE", "gpu,bogus", "gpu, profiler, ncu, ncu-cli, cc<major>.<minor>"),
+        ("NSPY_TUTORIAL_REQUIRE", "gpu,bogus", "gpu, profiler, ncu, ncu-cli, cupti, triton, cc<major>.<minor>"),
         ("NSPY_TUTORIAL_BACKEND", "bogus", "cupti"),
     ],
 )
@@ -207,12 +207,12 @@ def test_headline_counts_mixed_skip_reasons_separately(tmp_path):
         *[section("01_a", str(i), "SKIPPED", reason="r", remedy="-", needs="gpu") for i in range(3)],
         section("01_a", "7", "SKIPPED", reason="TF32", remedy="-", needs="cc8.0"),
         section("01_a", "8", "SKIPPED", reason="section 7 was skipped", remedy="-"),
-        section("01_a", "9", "SKIPPED", reason="no Triton", remedy="-", needs="triton"),
+        section("01_a", "9", "SKIPPED", reason="no FP8", remedy="-", needs="fp8"),
         section("01_a", "10", "FAILED", reason="boom", remedy="-"),
     )
     assert runner.headline([result]) == (
         "0 sections ran OK, 6 skipped (3 no GPU, 1 GPU below compute capability 8.0, "
-        "1 other reasons, 1 no triton), 1 failed"
+        "1 other reasons, 1 no fp8), 1 failed"
     )
 
 
