@@ -495,13 +495,13 @@ def test_finish_says_nsight_compute_was_not_tried_with_init_at_import_0(monkeypa
     assert env.cupti_problem == "not activated: nsight.activate(nsight.Tool.CUPTI) was not called"
 
 
-def test_finish_without_gpu_gives_no_backend_and_the_change_runtime_banner(monkeypatch, capsys):
+def test_finish_without_gpu_gives_no_backend_and_the_remedy_for_where_the_reader_is(monkeypatch, capsys):
     monkeypatch.setattr(bootstrap, "probe_gpu", lambda: NO_GPU)
     monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [])
     bootstrap.setup("01_install_ncu", steps="manual")
     env = bootstrap.setup.finish()
     assert env.backend is None and env.cupti_problem == "no GPU" and env.facts is None
-    assert "Change runtime type" in capsys.readouterr().out
+    assert bootstrap.gpu_remedy(env.on_colab) in capsys.readouterr().out
 
 
 def test_manual_setup_again_after_finish_returns_the_environment_without_a_banner(monkeypatch, capsys):
