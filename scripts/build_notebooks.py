@@ -5,7 +5,8 @@ are generated, committed without outputs, in canonical nbformat, with Colab meta
 (GPU accelerator, T4), an Open-in-Colab badge and the standard setup cell.
 
 Source format: cells start with ``# %%`` (code) or ``# %% [markdown]`` (markdown lines
-start with ``# ``). The token ``{{SETUP}}`` on its own line becomes the setup cell.
+start with ``# ``). The token ``{{SETUP}}`` on its own line becomes the setup cell
+(``{{SETUP_MANUAL}}``: notebook 01's, which only looks).
 
 Usage: python scripts/build_notebooks.py [--check]   (--check: fail if a notebook is stale)
 """
@@ -27,15 +28,29 @@ BADGE = (
     "(https://colab.research.google.com/github/{repo}/blob/main/notebooks/{name})"
 )
 SETUP = '''\
-# Setup -- run this cell first. It must come before anything that touches the GPU:
-# `import nsight` (done inside setup) has to load Nsight Compute before CUDA starts.
-import importlib.util, subprocess, sys
+# Setup -- run this cell first. {comment}
+import importlib.util
+import subprocess
+import sys
+
 if importlib.util.find_spec("nspy_tutorial") is None:  # e.g. on Colab: install the helpers
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                     "nspy-tutorial @ git+https://github.com/{repo}"], check=True)
     importlib.invalidate_caches()
+
 import nspy_tutorial as nt
-ENV = nt.setup("{stem}")'''
+
+ENV = nt.setup("{stem}"{args})'''
+# {{SETUP}}: the one-call setup of every notebook; {{SETUP_MANUAL}}: notebook 01's, which only
+# looks and leaves installing, the libcupti preload and `import nsight` to its own cells.
+# (Both tokens are valid Python, so linters can read the sources.)
+SETUP_KINDS = {
+    "{{SETUP}}": ("It must come before anything that touches the GPU:\n"
+         "# `import nsight` (done inside setup) has to load Nsight Compute before CUDA starts.", ""),
+    "{{SETUP_MANUAL}}": ("In this notebook it only looks: GPU (through NVML,\n"
+               "# which does not start CUDA) and the ncu installs. The cells below do the rest in the open.",
+               ', steps="manual"'),
+}
 
 
 def parse_cells(text: str) -> list[tuple[str, str]]:
@@ -69,8 +84,12 @@ def build(src: Path) -> nbformat.NotebookNode:
         "language_info": {"name": "python"},
     }
     for i, (kind, source) in enumerate(parse_cells(src.read_text())):
-        if source.strip() == "{{SETUP}}":
-            kind, source = "code", SETUP.format(repo=REPO, stem=stem)
+        token = source.strip()
+        if token.startswith("{{SETUP") and token.endswith("}}"):
+            if token not in SETUP_KINDS:
+                raise ValueError(f"{src}: unknown setup cell {token!r}; use one of {sorted(SETUP_KINDS)}")
+            comment, args = SETUP_KINDS[token]
+            kind, source = "code", SETUP.format(repo=REPO, stem=stem, comment=comment, args=args)
         if i == 0:
             if kind != "markdown":
                 raise ValueError(f"{src}: the first cell must be the markdown title")

@@ -28,15 +28,7 @@
 # SKIPPED with the reason and what to do.
 
 # %%
-# Setup -- run this cell first. In this notebook it only looks: GPU (through NVML,
-# which does not start CUDA) and the ncu installs. The cells below do the rest in the open.
-import importlib.util, subprocess, sys
-if importlib.util.find_spec("nspy_tutorial") is None:  # e.g. on Colab: install the helpers
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "nspy-tutorial @ git+https://github.com/nspy-tutorial/nspy-tutorial"], check=True)
-    importlib.invalidate_caches()
-import nspy_tutorial as nt
-ENV = nt.setup("01_install_ncu", steps="manual")
+{{SETUP_MANUAL}}
 
 # %%
 import ctypes
