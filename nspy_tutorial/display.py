@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where it is used: `nspy-tutorial run` starts without it
+    import pandas as pd
 
 WIDTH = 78
 
@@ -33,6 +35,8 @@ def show(
     ``scale`` multiplies named columns (e.g. ``{"AvgValue": 1e-3}`` for ns -> us);
     ``fmt`` formats every float. The input frame is never modified.
     """
+    import pandas as pd
+
     missing = [c for c in cols if c not in df.columns]
     if missing:
         raise KeyError(
