@@ -44,8 +44,8 @@ def add(a: float, b: float) -> float:
 
 def kernel_names(kernel_column: str) -> list[str]:
     """The Kernel column joins the kernels of a combined row with '|': one short name each
-    (the name up to its argument list)."""
-    return [name.strip().removeprefix("void ").split("(")[0] for name in kernel_column.split("|")]
+    (nt.short_kernel_name: the function's name and what it computes, without its arguments)."""
+    return [nt.short_kernel_name(name) for name in kernel_column.split("|")]
 
 # %% [markdown]
 # ## 1. Profile one fp32 matmul
@@ -169,7 +169,8 @@ with nt.section("2. Read the row: columns and TFLOP/s by hand") as s:
 # - **`ComputeClock` is not a measurement.** It is the device attribute "clock rate" in
 #   kHz -- the same number in every row, whatever clock the kernel really ran at. We
 #   compare it with the attribute read from the driver, then ask NVML what the SM clock
-#   *is*: once after two idle seconds and once while a queue of matmuls runs.
+#   *is*: once after two idle seconds and once after a second of fp16 tensor-core matmuls,
+#   while more are queued (a GPU under heavy load may settle below its rated clock).
 #
 # The extra ComputeClock rows come from one call per size, a loop written out below:
 # section 4 shows why sizes are not mixed in one call.
@@ -192,21 +193,24 @@ with nt.section("3. One run, the unit, and the rated clock") as s:
     gpu = pynvml.nvmlDeviceGetHandleByIndex(0)
     time.sleep(2.0)  # nothing queued: let the GPU idle
     idle_mhz = pynvml.nvmlDeviceGetClockInfo(gpu, pynvml.NVML_CLOCK_SM)
-    a = torch.randn(4096, 4096, device="cuda")
-    torch.cuda.synchronize()
-    for _ in range(50):
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    end = time.perf_counter() + 1.0
+    while time.perf_counter() < end:  # a second of tensor-core work: the GPU draws power and heats
+        for _ in range(4):
+            _ = a @ a
+        torch.cuda.synchronize()
+    for _ in range(8):
         _ = a @ a  # queued: the GPU works through them while we read the clock
-    time.sleep(0.05)
     busy_mhz = pynvml.nvmlDeviceGetClockInfo(gpu, pynvml.NVML_CLOCK_SM)
     torch.cuda.synchronize()
     rated_mhz = int(rated_khz) // 1000
     max_mhz = pynvml.nvmlDeviceGetMaxClockInfo(gpu, pynvml.NVML_CLOCK_SM)
     print(f"  ComputeClock (every row): {rated_mhz} MHz    NVML max SM clock: {max_mhz} MHz")
-    print(f"  NVML SM clock after 2 s idle: {idle_mhz} MHz    while matmuls ran: {busy_mhz} MHz")
+    print(f"  NVML SM clock after 2 s idle: {idle_mhz} MHz    after 1 s of fp16 matmuls: {busy_mhz} MHz")
     differ = [f"{m} MHz {when}" for m, when in ((idle_mhz, "idle"), (busy_mhz, "busy")) if m != rated_mhz]
     print("  -> " + (f"the GPU ran at {' and '.join(differ)}: not what ComputeClock says" if differ else
-                     "every read matched ComputeClock here (clocks may be locked on this machine); "
-                     "ComputeClock is still the rating, not a reading"))
+                     "every read matched ComputeClock here; ComputeClock is still the rating, not a reading "
+                     "(notebooks 04 and 08 catch this GPU at other clocks)"))
     s.result = f"ComputeClock {rated_mhz} MHz in every row; NVML read {idle_mhz} MHz idle, {busy_mhz} MHz busy; unit ns; 1 run -> <NA>"
 
 # %% [markdown]

@@ -64,8 +64,8 @@ def add(a: float, b: float) -> float:
 
 
 def kernel_names(kernel_column: str) -> list[str]:
-    """The Kernel column joins combined kernels with '|': one short name each."""
-    return [name.strip().removeprefix("void ").split("(")[0] for name in kernel_column.split("|")]
+    """The Kernel column joins combined kernels with '|': one short name each (nt.short_kernel_name)."""
+    return [nt.short_kernel_name(name) for name in kernel_column.split("|")]
 
 # %% [markdown]
 # ## 1. TF32: how it is switched on, and a check that it is on
