@@ -237,7 +237,14 @@ with nt.section("1b. Collector names that clash are refused at decoration") as s
 # matmul. So the `RUN` sample is taken at the start of a run, the `ANNOTATION` sample right
 # before the measured kernel: the second is the closer of the two to the clock the kernel
 # ran at. The table shows what your GPU did; nothing is asserted about it, because a GPU that
-# does not drop its clock when idle (or drops it more slowly) is not wrong.
+# does not drop its clock when idle (or drops it more slowly) is not wrong. The cell also looks
+# back at section 1's per-run CSV, whose first sample came after the notebook's setup.
+#
+# The opposite can happen too: under a heavy load a GPU may settle *below* its idle boost
+# clock (a power or thermal limit), and then the first sample -- taken before any load -- is
+# the highest. Either way a `RUN` sample is the clock *between* runs, not during your kernel;
+# to know the clock a kernel ran at, measure it (`gpc__cycles_elapsed.avg.per_second`,
+# notebook 04).
 #
 # The benchmark also records two readings of the GPU's **thermal headroom** (degrees below
 # the temperature at which it starts to slow down), taken exactly as nsight-python's thermal
@@ -320,12 +327,20 @@ with nt.section("2. The first RUN sample can be the idle clock") as s:
     first, rest = raw.sm_clock_mhz.iloc[0], raw.sm_clock_mhz.iloc[1:].median()
     entry0 = raw.clock_at_entry_mhz.iloc[0]
     t0, t_rest = raw.Value.iloc[0], raw.Value.iloc[1:].median()
+    scopes_csv = evidence.newest_output(SCOPES_DIR, "profiled_data", "scopes") if os.path.isdir(SCOPES_DIR) else None
+    if scopes_csv:  # section 1's runs: the first one came right after the notebook's setup
+        runs1 = pd.read_csv(scopes_csv)
+        clocks1 = runs1[runs1.Annotation == runs1.Annotation.iloc[0]].sm_clock_mhz  # one row per config and run
+        print(f"\n  section 1: first RUN sample {clocks1.iloc[0]} MHz, median of the others {clocks1.iloc[1:].median():.0f} MHz"
+              + (" -- the idle clock, caught" if clocks1.iloc[0] < 0.9 * clocks1.iloc[1:].median() else ""))
     if first < 0.9 * rest:
-        print(f"\n  seen here: the first RUN sample ({first} MHz) is below the median of the others ({rest:.0f} MHz) "
+        print(f"  here: the first RUN sample ({first} MHz) is below the median of the others ({rest:.0f} MHz) "
               f"-- the clock of a GPU that had been idle")
+    elif first > 1.1 * rest:
+        print(f"  here: the first RUN sample ({first} MHz) is ABOVE the median of the others ({rest:.0f} MHz): the "
+              "GPU had not dropped its clock yet, and under this load it settles lower (power or thermal limit)")
     else:
-        print(f"\n  not seen here: the first RUN sample ({first} MHz) is not below the median of the others "
-              f"({rest:.0f} MHz); this GPU did not drop its clock in {IDLE_S:.0f} s, or raised it before the sample")
+        print(f"  here: the first RUN sample ({first} MHz) is close to the median of the others ({rest:.0f} MHz)")
     print(f"  run 0: ANNOTATION sample {entry0} MHz; its kernel took {t0 / 1e3:,.1f} us vs a median of "
           f"{t_rest / 1e3:,.1f} us for runs 1-{RUNS - 1} ({t0 / t_rest:.2f}x)")
     s.result = (f"SM clock before run 0: {first} MHz (RUN scope), {entry0} MHz at the annotation; "
