@@ -564,7 +564,10 @@ with nt.section("2d. The three ways side by side") as s:
 # math backend materialises the scores: QKᵀ writes them, softmax reads them and writes the
 # probabilities, PV reads those -- four passes over a b·h·s² matrix. That is the minimum
 # for an unfused path; PyTorch's math path may move more (it can compute the scores in fp32
-# and add a masking pass), which the DRAM counters show where a counter path exists.
+# and add a masking pass), which the DRAM counters show where a counter path exists. The
+# kernel names say which precision really ran: if the math path's matmuls are fp32 GEMMs
+# (`f32f32`, `sgemm` in the name), they ran on CUDA cores, and the cell judges the math point
+# against the fp32 roof instead of the tensor-core one.
 #
 # **Arithmetic intensity, defined once for the whole notebook**: analytic FLOPs over the
 # analytic *minimum* bytes above -- the algorithm's intensity, the same on every GPU. Where
@@ -695,6 +698,11 @@ with nt.section("3. Transformer ops on the roofline") as s:
         model.pop("fused")
     df = transformer_ops(B, H, S, DH).to_dataframe()
     print("  durations: " + nt.rules(ENV.backend))
+    fp32_gemms = [k for k in timing(df, MATH)["kernels"] if "f32f32" in k or "sgemm" in k]
+    if fp32_gemms:
+        model[MATH]["roof"] = "cuda cores"
+        print(f"  the math backend's matmuls ran in fp32 ({nt.short_kernel_name(fp32_gemms[0])}): PyTorch upcast the "
+              f"{str(HALF).replace('torch.', '')} inputs, so its compute roof is the CUDA cores' fp32 one")
 
     # DRAM bytes: from the same run (Nsight Compute backend), else from the ncu command line
     measured, ranges = {}, {"t_qkv": QKV, "t_softmax": SOFTMAX_ATT, "t_math": MATH, "t_default": DEFAULT}
