@@ -278,3 +278,10 @@ def test_01_prints_the_banner_once():
     text = code(notebook_01())
     assert text.count("nt.setup.finish()") == 1
     assert "print_banner" not in text
+
+
+def test_readme_lists_every_notebook_with_its_colab_badge():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [p.name for p in NOTEBOOKS if f"blob/main/notebooks/{p.name})" not in readme or f"`{p.stem}`" not in readme]
+    assert missing == [], f"README.md's notebooks table lacks {missing}"
+    assert "Coming next" not in readme
