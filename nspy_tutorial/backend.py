@@ -102,15 +102,17 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
-def find_cupti_library() -> CuptiLibrary | None:
+def find_cupti_library(paths: list[str] | None = None) -> CuptiLibrary | None:
     """The newest libcupti from any installed nvidia-cuda-cupti distribution.
 
     Several can be installed at once (torch pins an older one; nsight-python's
     ``[cupti]`` extra wants 13.4+), so look at every distribution's files rather
-    than at whatever the dynamic loader would find first.
+    than at whatever the dynamic loader would find first. ``paths`` searches those
+    folders instead of this process's ``sys.path`` (a ``pip install --target`` folder).
     """
     best: CuptiLibrary | None = None
-    for dist in importlib.metadata.distributions():
+    found_in = importlib.metadata.distributions(path=paths) if paths else importlib.metadata.distributions()
+    for dist in found_in:
         name = (dist.metadata["Name"] or "").lower().replace("_", "-")
         if not name.startswith("nvidia-cuda-cupti"):
             continue

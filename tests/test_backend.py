@@ -215,3 +215,16 @@ def test_installer_path_points_at_the_packaged_script():
     assert path.name == "install_ncu.sh"
     assert path.parent.name == "resources"
     assert path.is_file()
+
+
+def test_find_cupti_library_can_search_a_pip_target_folder(tmp_path):
+    lib = tmp_path / "nvidia" / "cu13" / "lib" / "libcupti.so.13"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"")
+    info = tmp_path / "nvidia_cuda_cupti-13.4.92.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cuda-cupti\nVersion: 13.4.92\n")
+    (info / "RECORD").write_text("nvidia/cu13/lib/libcupti.so.13,,\n")
+    found = backend.find_cupti_library([str(tmp_path)])
+    assert found is not None
+    assert found.path == str(lib) and found.version == (13, 4, 92)

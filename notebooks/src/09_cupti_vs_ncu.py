@@ -36,6 +36,9 @@
 # %%
 import glob
 import inspect
+import os
+import subprocess
+import sys
 import tempfile
 import textwrap
 import time
@@ -231,7 +234,11 @@ with nt.section("1. In this process: the active backend times four matmuls") as 
 # **by path before torch** can load its own older copy, then
 # `nsight.activate(nsight.Tool.CUPTI)`, and only then torch. The child is started
 # without the profiler-injection variables this process carries
-# (`ncu_cli.child_environment()`), and prints its runs as one JSON line.
+# (`ncu_cli.child_environment()`), and prints its runs as one JSON line. cupti-python
+# comes from this notebook's packages if they have it; if not, `cupti_child()` looks in a
+# folder of its own -- and on Colab installs it there first (`pip install --target`, the
+# command is printed), as the original tutorial did: only the child puts that folder on
+# its `PYTHONPATH`, so this process's torch keeps its own libcupti.
 
 # %%
 NCU_SCRIPT = textwrap.dedent('''
@@ -289,8 +296,33 @@ CUPTI_SCRIPT = textwrap.dedent('''
 ''')
 
 NS_PER_UNIT = {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
+CUPTI_DIR = os.path.join(tempfile.gettempdir(), "nspy_cupti")  # cupti-python for the child only (the seed's way)
+CUPTI_INSTALL = [sys.executable, "-m", "pip", "install", "-q", "--target", CUPTI_DIR, "--no-deps",
+                 "cupti-python>=13.4", "nvidia-cuda-cupti~=13.4", "pyelftools"]
 CUPTI_REMEDY = ("`pip install 'nsight-python[cupti]'` (cupti-python, which needs libcupti 13.4+) and restart the "
-                "kernel; where pip may not upgrade torch's libcupti, use the README's `pip install --target .cupti` route")
+                f"kernel, or install it beside this notebook's packages for the child only: `{ncu_cli.command_text(CUPTI_INSTALL)}`")
+
+
+def cupti_child() -> tuple[backend.CuptiLibrary, dict]:
+    """libcupti 13.4+ and the extra environment a CUPTI child process needs.
+
+    This process's packages first; else CUPTI_DIR, where on Colab the cell installs
+    cupti-python and its libcupti itself (printing the command), as the original tutorial
+    did: beside the notebook's packages, on the child's PYTHONPATH only, so the notebook's
+    torch keeps its own libcupti. Raises nt.Skip when neither is there.
+    """
+    library = backend.find_cupti_library()
+    if backend.cupti_problem(library, backend.cupti_python_available()) is None:
+        return library, {}
+    if ENV.on_colab and not os.path.isdir(os.path.join(CUPTI_DIR, "cupti")):
+        print(f"  $ {ncu_cli.command_text(CUPTI_INSTALL)}")
+        subprocess.run(CUPTI_INSTALL, check=True)
+    library = backend.find_cupti_library([CUPTI_DIR]) if os.path.isdir(CUPTI_DIR) else None
+    has_cupti = os.path.isdir(os.path.join(CUPTI_DIR, "cupti"))
+    problem = backend.cupti_problem(library, has_cupti)
+    if problem:
+        raise nt.Skip(f"CUPTI cannot run in a child process here: {problem}", CUPTI_REMEDY, needs="cupti")
+    return library, {"PYTHONPATH": os.pathsep.join(p for p in (CUPTI_DIR, os.environ.get("PYTHONPATH")) if p)}
 
 
 def runs_from_ncu(launches: pd.DataFrame, kernels: dict) -> pd.DataFrame:
@@ -336,14 +368,11 @@ with nt.section("2. In another process: the other tool") as s:
                     "kernels": IN_SIDE["kernels"],
                     "rules": nt.rules("ncu-cli", cache_control="all", clock_control="none")}
     else:
-        library = backend.find_cupti_library()
-        problem = backend.cupti_problem(library, backend.cupti_python_available())
-        if problem:
-            raise nt.Skip(f"CUPTI cannot run in a child process here: {problem}", CUPTI_REMEDY, needs="cupti")
+        library, extra_env = cupti_child()
         print(f"  child: NSPY_NCU_INIT_AT_IMPORT=0, preloading {library.path} "
               f"(libcupti {backend.version_text(library.version)})")
         script = ncu_cli.write_script(CUPTI_SCRIPT, "cupti_matmuls.py", OUT_DIR)
-        done = child.run_json(script, [library.path, *args], timeout=300)
+        done = child.run_json(script, [library.path, *args], env=extra_env, timeout=300)
         nt.claim(done.result["tool"] == "cupti", "the child profiled with the CUPTI backend", done.result["tool"])
         runs = runs_from_raw(pd.DataFrame(done.result["rows"], columns=["n", "Value", "Kernel"]))
         OUT_SIDE = {"tool": "CUPTI", "where": "a child process", "runs": runs, "profiled_s": done.result["profiled_s"],
@@ -637,14 +666,10 @@ with nt.section("5. CUPTI's limits (1): no hardware counters") as s:
         df = add_bytes(configs=[N_ADD]).to_dataframe()
         print(f"  first call, Nsight Compute in this process: dram__bytes_read.sum = {df.AvgValue.iloc[0]:,.0f} "
               f"{df.Unit.iloc[0]} (x and y are {2 * 4 * N_ADD:,} bytes; caches flushed before the kernel)")
-        library = backend.find_cupti_library()
-        problem = backend.cupti_problem(library, backend.cupti_python_available())
-        if problem:
-            raise nt.Skip(f"CUPTI's side needs a child process with cupti-python: {problem}", CUPTI_REMEDY,
-                          needs="cupti")
+        library, extra_env = cupti_child()
         script = ncu_cli.write_script(LIMITS_SCRIPT, "cupti_limits.py", OUT_DIR)
         CUPTI_CHILD = child.run_json(script, [library.path, str(N_ADD), str(l2_sized()), str(SIZES[0])],
-                                     timeout=300).result
+                                     env=extra_env, timeout=300).result
         error = CUPTI_CHILD["counter_error"]
         print(f"  first call, CUPTI in a child process -> ValueError: {error}")
     nt.claim(error == COUNTER_ERROR, "under CUPTI a hardware counter is refused with this ValueError", repr(error))
