@@ -402,8 +402,10 @@ with nt.section("2. In another process: the other tool") as s:
 # - both time `gpu__time_duration.sum`, the kernel's own duration, so for a long matmul
 #   they should be close;
 # - Nsight Compute flushes the caches before each kernel; CUPTI sees the caches as the
-#   preceding `torch.randn` left them (the 512 inputs fit in any L2). A compute-bound
-#   matmul barely feels it;
+#   preceding `torch.randn` left them (the 512 inputs fit in any L2). A long matmul
+#   barely feels it; a kernel of a few microseconds can -- on the H200 this notebook was
+#   tested on, the 512 matmul (about 13 us) took a third longer under Nsight Compute,
+#   the 4096 one (2.7 ms) 0.3 % longer;
 # - neither locks the clocks here, but Nsight Compute pauses the GPU between kernels to
 #   set up each one, so a kernel may start on a clock that is still ramping up.
 #
