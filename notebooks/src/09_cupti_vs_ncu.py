@@ -184,8 +184,14 @@ def runs_from_raw(raw: pd.DataFrame) -> pd.DataFrame:
 
 
 def show_spread(side: dict) -> pd.DataFrame:
+    """Print whose rules, the spread per size and each size's kernels for one tool's runs; return the table."""
+    print(f"  {side['tool']}, {side['where']}: {side['rules']}")
     table = pd.DataFrame([{"n": n, **spread(side["runs"][side["runs"].n == n].ns)} for n in SIZES])
     print(table.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    for n in SIZES:
+        first = side["runs"][side["runs"].n == n].Kernel.iloc[0]
+        print(f"  n={n}: {side['kernels'][n]} kernel(s) per run: "
+              + ", ".join(nt.short_kernel_name(k) for k in first.split("|")))
     return table
 
 
@@ -203,12 +209,7 @@ with nt.section("1. In this process: the active backend times four matmuls") as 
     IN_SIDE = {"tool": tool, "where": "this process", "runs": runs, "profiled_s": wall, "process_s": None,
                "kernels": runs.groupby("n").kernels.first().to_dict(),
                "rules": nt.rules(IN_PROCESS)}
-    print(f"  {tool}, {IN_SIDE['where']}: {IN_SIDE['rules']}")
     table = show_spread(IN_SIDE)
-    for n in SIZES:
-        first = runs[runs.n == n].Kernel.iloc[0]
-        print(f"  n={n}: {IN_SIDE['kernels'][n]} kernel(s) per run: "
-              + ", ".join(nt.short_kernel_name(k) for k in first.split("|")))
     nt.claim((runs.groupby("n").size() == RUNS).all(), f"every size has {RUNS} runs")
     nt.claim(table.median_us.is_monotonic_increasing and table.median_us.is_unique,
              "the duration grows with the matrix size", " < ".join(f"{v:,.1f}" for v in table.median_us) + " us")
@@ -378,12 +379,7 @@ with nt.section("2. In another process: the other tool") as s:
         OUT_SIDE = {"tool": "CUPTI", "where": "a child process", "runs": runs, "profiled_s": done.result["profiled_s"],
                     "process_s": done.seconds, "kernels": runs.groupby("n").kernels.first().to_dict(),
                     "rules": nt.rules("cupti")}
-    print(f"  {OUT_SIDE['tool']}, {OUT_SIDE['where']}: {OUT_SIDE['rules']}")
     table = show_spread(OUT_SIDE)
-    for n in SIZES:
-        first = runs[runs.n == n].Kernel.iloc[0]
-        print(f"  n={n}: {OUT_SIDE['kernels'][n]} kernel(s) per run: "
-              + ", ".join(nt.short_kernel_name(k) for k in first.split("|")))
     nt.claim((runs.groupby("n").size() == RUNS).all(), f"every size has {RUNS} runs")
     s.result = (f"{OUT_SIDE['tool']} ({OUT_SIDE['where']}): n={SIZES[-1]} median {table.median_us.iloc[-1]:,.1f} us; "
                 f"profiled in {OUT_SIDE['profiled_s']:.1f} s, whole process {OUT_SIDE['process_s']:.1f} s")
