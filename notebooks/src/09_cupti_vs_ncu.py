@@ -296,7 +296,6 @@ CUPTI_SCRIPT = textwrap.dedent('''
           "rows": [[int(n), float(v), str(k)] for n, v, k in zip(raw.n, raw.Value, raw.Kernel)]}))
 ''')
 
-NS_PER_UNIT = {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
 CUPTI_DIR = os.path.join(tempfile.gettempdir(), "nspy_cupti")  # cupti-python for the child only (the seed's way)
 CUPTI_INSTALL = [sys.executable, "-m", "pip", "install", "-q", "--target", CUPTI_DIR, "--no-deps",
                  "cupti-python>=13.4", "nvidia-cuda-cupti~=13.4", "pyelftools"]
@@ -359,10 +358,8 @@ with nt.section("2. In another process: the other tool") as s:
         process_s = time.perf_counter() - start
         launches = ncu_cli.parse_csv(stdout)
         launches = launches[launches["Metric Name"] == TIME].sort_values("ID").reset_index(drop=True)
-        factor = launches["Metric Unit"].map(NS_PER_UNIT)
-        if factor.isna().any():
-            raise RuntimeError(f"unexpected time unit(s) from ncu: {sorted(set(launches['Metric Unit']))}")
-        launches["ns"] = launches["Metric Value"] * factor
+        launches["ns"] = [1e9 * ncu_cli.to_base_units(v, u)  # ncu scales its units: nsecond, usecond, ...
+                          for v, u in zip(launches["Metric Value"], launches["Metric Unit"])]
         runs = runs_from_ncu(launches, IN_SIDE["kernels"])
         OUT_SIDE = {"tool": "Nsight Compute", "where": f"ncu {'.'.join(map(str, ENV.ncu_version or ()))} command line",
                     "runs": runs, "profiled_s": child.parse_result(stdout)["profiled_s"], "process_s": process_s,
