@@ -81,6 +81,14 @@ def timing(df: pd.DataFrame, annotation: str) -> dict:
             "kernels": r.Kernel.split("|")}
 
 
+def show_kernels(times: dict) -> None:
+    """Each variant's kernels, one short name per line (the Kernel column joins them with '|')."""
+    for name, t in times.items():
+        print(f"  {name}: {len(t['kernels'])} kernel(s)")
+        for k in t["kernels"]:
+            print(f"      {nt.short_kernel_name(k)}")
+
+
 def slower(a: dict, b: dict) -> float:
     """One-sided Welch t-test p-value for 'a takes longer than b' (unequal variances, few runs)."""
     return stats.ttest_ind_from_stats(a["mean"], a["sd"], a["runs"], b["mean"], b["sd"], b["runs"],
@@ -217,10 +225,7 @@ with nt.section("1. Unfused vs fused: a + b * c against torch.addcmul") as s:
     print("  time:  " + nt.rules(ENV.backend))
     print("  bytes: " + bytes_rules)
     fmt_table(table, "{:,.2f}")
-    for name, t in TIMES_1.items():
-        print(f"  {name}: {len(t['kernels'])} kernel(s)")
-        for k in t["kernels"]:
-            print(f"      {nt.short_kernel_name(k)}")
+    show_kernels(TIMES_1)
     u, f = table.loc[UNFUSED], table.loc[ADDCMUL]
     p = slower(TIMES_1[UNFUSED], TIMES_1[ADDCMUL])
     kernels = {name: len(t["kernels"]) for name, t in TIMES_1.items()}
@@ -354,10 +359,7 @@ with nt.section("2. torch.compile as the fuser: bias + GELU") as s:
     print("  time:  " + nt.rules(ENV.backend))
     print("  bytes: " + bytes_rules)
     fmt_table(table, "{:,.2f}")
-    for name, t in TIMES_2.items():
-        print(f"  {name}: {len(t['kernels'])} kernel(s)")
-        for k in t["kernels"]:
-            print(f"      {nt.short_kernel_name(k)}")
+    show_kernels(TIMES_2)
     e, c = table.loc[EAGER], table.loc[COMPILED]
     p = slower(TIMES_2[EAGER], TIMES_2[COMPILED])
     kernels = {name: len(t["kernels"]) for name, t in TIMES_2.items()}
