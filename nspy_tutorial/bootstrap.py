@@ -30,8 +30,9 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
-from nspy_tutorial import backend, sections
+from nspy_tutorial import backend, nvml_device, sections, workdir
 from nspy_tutorial.display import banner
 from nspy_tutorial.gpu_facts import Datasheet, DeviceFacts, datasheet_for, device_facts
 from nspy_tutorial.sections import SettingError, Skip, first_line
@@ -70,6 +71,7 @@ class Environment:
     cupti_problem: str | None  # why the CUPTI backend is not active (if it is not)
     facts: DeviceFacts | None = None
     datasheet: Datasheet | None = None
+    workdir: Path | None = None  # every file this notebook writes goes here (nspy_tutorial.workdir)
 
     @property
     def has_gpu(self) -> bool:
@@ -156,7 +158,7 @@ def probe_gpu() -> tuple[str | None, str | None, str | None]:
         pynvml.nvmlInit()
         if pynvml.nvmlDeviceGetCount() == 0:
             return None, None, "NVML sees no GPU"
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        handle = nvml_device.handle(pynvml)  # CUDA's device 0, which is not always NVML's
         name = pynvml.nvmlDeviceGetName(handle)
         driver = pynvml.nvmlSystemGetDriverVersion()
         return _text(name), _text(driver), None
@@ -210,8 +212,9 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
     if steps not in STEPS:
         raise ValueError(f"setup(): steps must be one of {', '.join(STEPS)}, got {steps!r}")
     sections.set_notebook(notebook)
+    folder = workdir.enter(notebook)
     if _ENV is not None:
-        _ENV.notebook = notebook
+        _ENV.notebook, _ENV.workdir = notebook, folder
         if steps == "manual":
             print(f"  already set up in this kernel (backend {_ENV.backend or 'none'}); "
                   "the cells below check each step again and setup.finish() reprints the banner")
@@ -242,6 +245,7 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
             backend_reason="not chosen yet: the cells of this notebook load it, then setup.finish() records it",
             ncu_problem=ncu_problem,
             cupti_problem="not activated yet",
+            workdir=folder,
         )
         print_probe(_PENDING, installs)
         return _PENDING
@@ -300,6 +304,7 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
         backend_reason=reason,
         ncu_problem=ncu_problem,
         cupti_problem=None if chosen_backend == "cupti" else cupti_problem,
+        workdir=folder,
     )
     return _complete(env)
 
@@ -321,6 +326,7 @@ def print_probe(env: Environment, installs: list[backend.NcuInstall]) -> None:
     print(f"setup({env.notebook!r}, steps='manual'): probed only, nothing installed, loaded or imported")
     print(f"  GPU (NVML, CUDA not started): {env.gpu_name or 'none -- ' + str(env.gpu_problem)}")
     print(f"  ncu found: {found}")
+    print(f"  work folder (every file this notebook writes): {env.workdir}")
     print("  The cells below take each step in the open; setup.finish() records what they did "
           "and prints the environment banner.")
 
@@ -421,6 +427,8 @@ def banner_lines(env: Environment) -> list[str]:
     lines.append(f"ncu          {backend.version_text(env.ncu_version) if env.ncu_path else '-'}  {env.ncu_path or ''}")
     lines.append(f"backend      {env.backend or 'none'} -- {env.backend_reason}")
     lines.append(f"python       {platform.python_version()}  colab: {env.on_colab}")
+    if env.workdir is not None:
+        lines.append(f"work folder  {env.workdir}  (every file this notebook writes goes here)")
     return lines
 
 

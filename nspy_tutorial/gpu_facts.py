@@ -129,20 +129,23 @@ class DeviceFacts:
         return self.l2_bytes / 2**20
 
 
-def device_facts(index: int = 0) -> DeviceFacts:
-    """Read the device's own numbers through torch (and NVML for clocks).
+def device_facts() -> DeviceFacts:
+    """Read the current CUDA device's own numbers through torch (and NVML for clocks).
 
-    Needs a GPU; initialises CUDA, so call it only after ``setup()``.
+    Needs a GPU; initialises CUDA, so call it only after ``setup()``. NVML's numbers are
+    read from the same GPU, found by its UUID (:mod:`nspy_tutorial.nvml_device`).
     """
     import torch  # imported here: the bootstrap must import nsight before torch
 
-    props = torch.cuda.get_device_properties(index)
+    from nspy_tutorial import nvml_device
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
     sm_clock = mem_clock = bus_width = None
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        handle = nvml_device.handle(pynvml)
         sm_clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
         mem_clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
     except Exception as exc:  # NVML missing or not permitted: clocks stay unknown

@@ -18,13 +18,27 @@ upgrade. The pieces, each usable on its own so a notebook can show what it runs:
 * :func:`read_report` -- a report written with ``-o``: one row per launch, labelled with
   the NVTX range it ran in (read through ``ncu_report``, not from a CSV column whose name
   changes between ncu versions);
-* :func:`profile_script_report` -- run ncu into a report and read it back.
+* :func:`profile_script_report` -- run ncu into a report and read it back;
+* :func:`nsight_table` -- run a notebook's kernels module under ncu the way nsight-python
+  runs a decorated function, and return nsight-python's own ``to_dataframe()`` table
+  (:func:`read_nsight_table` reads such a report; :func:`replay` is what the module's
+  ``if __name__ == "__main__":`` block calls).
+
+``nsight_table`` is how a machine without the Nsight Compute backend (ncu older than
+2026.2.1) still hands a notebook the same table that backend gives: ncu in launch mode
+records the kernels inside nsight-python's NVTX ranges, and nsight-python's own
+``extraction.extract_df_from_report`` and ``transformation.aggregate_data`` turn the report
+into the table. Those two functions are not public API; :data:`NSIGHT_TESTED` is the range of
+nsight-python versions this is tested with, and another version is refused with a clear error.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
+import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -32,6 +46,8 @@ import tempfile
 from collections.abc import Sequence
 
 import pandas as pd
+
+from nspy_tutorial.sections import COUNTERS_CODE, COUNTERS_REMEDY
 
 # Set by nsight-python's Nsight Compute or CUPTI activation in *this* process; a child
 # profiled by its own ncu must not inherit them.
@@ -46,9 +62,27 @@ class NcuCliError(RuntimeError):
     """ncu exited non-zero or printed no metrics."""
 
 
+PERMISSION_CODE, PERMISSION_REMEDY = COUNTERS_CODE, COUNTERS_REMEDY
+
+
+class CountersNotPermitted(NcuCliError):
+    """The driver lets only administrators read GPU performance counters (ERR_NVGPUCTRPERM)."""
+
+
+def counters_refused(text: str) -> bool:
+    """True if ``text`` (ncu's output, or an exception message) reports ERR_NVGPUCTRPERM."""
+    return PERMISSION_CODE in text
+
+
 def child_environment() -> dict[str, str]:
-    """This process's environment without the profiler-injection variables."""
-    return {k: v for k, v in os.environ.items() if k not in INJECTION_VARIABLES}
+    """This process's environment without the profiler-injection variables.
+
+    ``NSPY_NCU_INIT_AT_IMPORT=0``: a child that imports nsight (for ``nsight.annotate``)
+    must not try to attach Nsight Compute to itself; the ncu that launched it profiles it.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in INJECTION_VARIABLES}
+    env["NSPY_NCU_INIT_AT_IMPORT"] = "0"
+    return env
 
 
 def write_script(source: str, name: str = "profiled.py", directory: str | None = None) -> str:
@@ -101,15 +135,33 @@ def command_text(cmd: Sequence[str]) -> str:
 def run(cmd: Sequence[str], timeout: int = 600) -> str:
     """Run an ncu command in a clean child environment; return its stdout.
 
-    Raises :class:`NcuCliError` with ncu's last lines when it exits non-zero.
+    Raises :class:`NcuCliError` with ncu's last lines when it exits non-zero, and
+    :class:`CountersNotPermitted` when ncu says the counters are reserved to administrators
+    (whatever its exit code: ncu may still exit 0 after refusing every kernel).
     """
+    release_gpu_cache()
     done = subprocess.run(
         list(cmd), capture_output=True, text=True, env=child_environment(), timeout=timeout, check=False
     )
+    output = done.stdout + done.stderr
+    if counters_refused(output):
+        line = next((line for line in output.splitlines() if PERMISSION_CODE in line), PERMISSION_CODE)
+        raise CountersNotPermitted(f"{line.strip()} -- what to do: {PERMISSION_REMEDY}")
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-6:])
         raise NcuCliError(f"ncu exited {done.returncode}:\n{tail}")
     return done.stdout
+
+
+def release_gpu_cache() -> None:
+    """Give this process's cached, unused GPU memory back before a child allocates its own copy.
+
+    PyTorch keeps freed blocks cached; a child profiled by ncu needs the same memory again,
+    so on a small GPU (a T4's 15 GB) the two together can run out.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def parse_csv(stdout: str) -> pd.DataFrame:
@@ -250,3 +302,161 @@ def profile_script_report(
     if not os.path.exists(report) and os.path.exists(report + ".ncu-rep"):
         report += ".ncu-rep"  # an ncu that appends the extension to a name that already has it
     return read_report(report, metrics, nvtx_ranges)
+
+
+# --- nsight-python's table from the ncu command line -----------------------------------------
+
+NSIGHT_DOMAIN = "nsight-python"  # nsight.annotate opens its ranges in this NVTX domain
+NSIGHT_TESTED = ((1, 1), (1, 2))  # nsight-python >= 1.1, < 1.2: extraction/transformation as read here
+NSIGHT_SETTINGS_IGNORED = ("verbosity",)  # accepted so one settings dict serves both paths
+
+
+def check_nsight_version(version: str | None = None) -> str:
+    """The installed nsight-python version, or :class:`NcuCliError` if it is outside :data:`NSIGHT_TESTED`."""
+    version = version or importlib.metadata.version("nsight-python")
+    found = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    low, high = NSIGHT_TESTED
+    if not low <= found < high:
+        raise NcuCliError(
+            f"nsight_table reads ncu reports with nsight-python's extraction.extract_df_from_report and "
+            f"transformation.aggregate_data, which are not public API; it is tested with nsight-python "
+            f"{low[0]}.{low[1]}.x and this is {version}: install 'nsight-python>={low[0]}.{low[1]},<{high[0]}.{high[1]}'"
+        )
+    return version
+
+
+def as_tuples(configs: Sequence) -> list[tuple]:
+    """Each config as a tuple of arguments (a scalar config is one argument), as nsight-python binds them."""
+    return [tuple(config) if isinstance(config, (list, tuple)) else (config,) for config in configs]
+
+
+def nsight_command(ncu: str, script: str, function: str, configs: Sequence, runs: int, metrics: Sequence[str],
+                   report: str, cache_control: str = "all", clock_control: str = "none",
+                   replay_mode: str = "kernel") -> list[str]:
+    """The launch-mode command that records what nsight-python's backend would: the kernels
+    inside its NVTX ranges, ``metrics``, under the given cache, clock and replay rules."""
+    arguments = [function, json.dumps([list(config) for config in as_tuples(configs)]), str(runs)]
+    return [ncu, "--nvtx", "--nvtx-include", f"regex:{NSIGHT_DOMAIN}@.+", "--cache-control", cache_control,
+            "--clock-control", clock_control, "--replay-mode", replay_mode, "--metrics", ",".join(metrics),
+            "-f", "-o", report, sys.executable, script, *arguments]
+
+
+def read_nsight_table(report: str, func, configs: Sequence, runs: int, metrics: Sequence[str], *,
+                      combine_kernel_metrics=None, derive_metric=None, normalize_against: str | None = None,
+                      ignore_kernel_list: Sequence[str] | None = None) -> pd.DataFrame:
+    """nsight-python's ``to_dataframe()`` table from an ncu report of :func:`replay`'s runs.
+
+    The two calls nsight-python's Nsight Compute backend makes after profiling, with the same
+    arguments: ``extract_df_from_report`` (one row per run, annotation and metric, kernels of a
+    run combined by ``combine_kernel_metrics``) and ``aggregate_data`` (mean, spread, CI per
+    configuration). Errors are nsight-python's own, e.g. several kernels in an annotation
+    without ``combine_kernel_metrics``.
+    """
+    check_nsight_version()
+    from nsight import extraction, transformation
+    from nsight.utils import VerbosityLevel
+
+    if not os.path.exists(report):
+        raise NcuCliError(f"no report at {report}: did ncu write it? (see its output above)")
+    raw = extraction.extract_df_from_report(
+        report, list(metrics), as_tuples(configs), runs, func, derive_metric,
+        list(ignore_kernel_list) if ignore_kernel_list else None, VerbosityLevel.SILENT, combine_kernel_metrics)
+    return transformation.aggregate_data(raw, func, normalize_against, VerbosityLevel.SILENT)
+
+
+def nsight_table(script: str, func, *, ncu: str, configs: Sequence, runs: int = 10,
+                 metrics: Sequence[str] = ("gpu__time_duration.sum",), cache_control: str = "all",
+                 clock_control: str = "none", replay_mode: str = "kernel", combine_kernel_metrics=None,
+                 derive_metric=None, normalize_against: str | None = None,
+                 ignore_kernel_list: Sequence[str] | None = None, thermal_mode: str = "off",
+                 report: str | None = None, timeout: int = 600, **ignored) -> pd.DataFrame:
+    """Profile ``func`` from ``script`` with the ncu command line; return nsight-python's table.
+
+    ``script`` is the kernels module that defines ``func`` and ends with
+    ``if __name__ == "__main__": ncu_cli.replay(globals())``. The keyword arguments are
+    ``nsight.analyze.kernel``'s, with its defaults (``cache_control="all"``,
+    ``clock_control="none"``), so one settings dict serves both paths; the command is
+    printed once. The report is written to ``report`` (default ``<function>.ncu-rep`` in the
+    working directory) and read back by :func:`read_nsight_table`.
+    """
+    unknown = sorted(set(ignored) - set(NSIGHT_SETTINGS_IGNORED))
+    if unknown:
+        raise TypeError(f"nsight_table(): {', '.join(unknown)} is not an nsight.analyze.kernel setting it supports")
+    if thermal_mode != "off":
+        raise ValueError("nsight_table(): thermal_mode must be 'off' (the ncu child does no thermal pauses)")
+    check_nsight_version()
+    if not os.path.exists(script):
+        raise NcuCliError(f"no kernels module at {script}: run its %%writefile cell first")
+    report = report or f"{func.__name__}.ncu-rep"
+    cmd = nsight_command(ncu, script, func.__name__, configs, runs, metrics, report, cache_control,
+                         clock_control, replay_mode)
+    print(f"  $ {command_text(cmd)}")
+    run(cmd, timeout=timeout)
+    table = read_nsight_table(report, func, configs, runs, metrics, combine_kernel_metrics=combine_kernel_metrics,
+                              derive_metric=derive_metric, normalize_against=normalize_against,
+                              ignore_kernel_list=ignore_kernel_list)
+    keep_table(table, func, configs, runs, metrics)
+    return table
+
+
+KEEP_VAR = "NSPY_TUTORIAL_KEEP_TABLES"
+
+
+def keep_table(table: pd.DataFrame, func, configs: Sequence, runs: int, metrics: Sequence[str]) -> str | None:
+    """With ``NSPY_TUTORIAL_KEEP_TABLES=<folder>``, save ``table`` there as JSON, with the call.
+
+    This is how the tests' fixtures are made: nsight-python's own table, extracted from a
+    report written on a GPU machine, saved with its column types so that :func:`load_table`
+    gives back the same DataFrame on a CPU (the reports themselves are about 1 MB a kernel).
+    The file is ``<work folder name>--<function>.json``; returns its path.
+    """
+    folder = os.environ.get(KEEP_VAR)
+    if not folder:
+        return None
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{os.path.basename(os.getcwd())}--{func.__name__}.json")
+    kept = {"call": {"function": func.__name__, "configs": [list(c) for c in as_tuples(configs)], "runs": runs,
+                     "metrics": list(metrics)},
+            "dtypes": {column: str(dtype) for column, dtype in table.dtypes.items()},
+            "table": json.loads(table.to_json(orient="split", index=False))}
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(kept, handle, indent=1)
+        handle.write("\n")
+    return path
+
+
+def load_table(path: str) -> tuple[dict, pd.DataFrame]:
+    """A table saved by :func:`keep_table`: (the call, the DataFrame with its column types)."""
+    with open(path, encoding="utf-8") as handle:
+        kept = json.load(handle)
+    split = kept["table"]
+    table = pd.DataFrame(split["data"], columns=split["columns"])
+    for column, dtype in kept["dtypes"].items():
+        if dtype not in ("object", "str", "string"):
+            table[column] = table[column].astype(dtype)
+    return kept["call"], table
+
+
+def replay(namespace: dict, argv: Sequence[str] | None = None) -> None:
+    """Run a kernels module's function as nsight-python runs a decorated one; for its ``__main__``.
+
+    ``argv`` (default ``sys.argv[1:]``) is ``<function> <configs as JSON> <runs>``, as
+    :func:`nsight_command` writes it. Every config, then every run of it, in that order;
+    before each run the annotation state is cleared, as nsight-python does, so each run may
+    enter the same ``nsight.annotate`` names again.
+    """
+    from nsight.annotation import clear_active_annotations
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 3:
+        raise SystemExit(f"usage: python {os.path.basename(sys.argv[0])} <function> <configs as JSON> <runs>")
+    name, configs, runs = args[0], json.loads(args[1]), int(args[2])
+    if not callable(namespace.get(name)):
+        raise SystemExit(f"no function {name!r} in this module")
+    for config in configs:
+        for _ in range(runs):
+            clear_active_annotations()
+            namespace[name](*config)
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()

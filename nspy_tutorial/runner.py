@@ -55,13 +55,15 @@ from nspy_tutorial.sections import (
     check_settings,
     first_line,
 )
+from nspy_tutorial.workdir import WORKDIR_VAR
 
 REPOSITORY = "https://github.com/nspy-tutorial/nspy-tutorial"  # scripts/build_notebooks.py REPO
 NOTEBOOK_NAME = re.compile(r"^(\d+)_.+\.ipynb$")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 STOP_GRACE_SECONDS = 15.0  # how long an interrupted run waits for nbclient to let go
 NEED_LABELS = {"gpu": "no GPU", "profiler": "no profiler backend", "ncu": "no Nsight Compute backend",
-               "ncu-cli": "no ncu command line", "cupti": "no cupti-python", "triton": "no Triton"}
+               "ncu-cli": "no ncu command line", "cupti": "no cupti-python", "triton": "no Triton",
+               "counters": "GPU counters reserved to administrators"}
 
 
 def now() -> str:
@@ -245,7 +247,8 @@ def run_notebook(
         config=kernel_config(records_file.parent),
     )
     client.stop = stop
-    env = {**os.environ, RESULTS_VAR: str(records_file)}
+    # each notebook's files go to its own folder under the run's scratch, removed at the end
+    env = {**os.environ, RESULTS_VAR: str(records_file), WORKDIR_VAR: str(records_file.parent / "work")}
     outcome: dict[str, BaseException] = {}
 
     def work() -> None:

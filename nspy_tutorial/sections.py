@@ -22,7 +22,11 @@ fails the cell loudly instead of being ignored):
   (notebook, section, status, result, reason, remedy, needs, seconds).
 * ``NSPY_TUTORIAL_REQUIRE=ncu``: a skip because the Nsight Compute backend is missing
   counts as a failure (for a GPU runner that must have it). Comma-separated needs:
-  gpu, profiler, ncu, ncu-cli, cc<major>.<minor> (e.g. cc8.0).
+  gpu, profiler, ncu, ncu-cli, cupti, triton, counters, cc<major>.<minor> (e.g. cc8.0).
+
+An exception whose text carries ``ERR_NVGPUCTRPERM`` (performance counters reserved to
+administrators) ends the section SKIPPED with need ``counters`` and what to do, whichever
+tool raised it.
 """
 
 from __future__ import annotations
@@ -46,7 +50,17 @@ RESULTS_VAR = "NSPY_TUTORIAL_RESULTS"
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("", "0", "false", "no", "off")
 # What ``Environment.require`` and ``require_compute_capability`` put in ``Skip.needs``.
-NEEDS = ("gpu", "profiler", "ncu", "ncu-cli", "cupti", "triton")
+NEEDS = ("gpu", "profiler", "ncu", "ncu-cli", "cupti", "triton", "counters")
+# The most common Nsight Compute failure on shared machines: the driver lets only administrators
+# read the GPU's performance counters. Whichever tool meets it (nsight-python's Nsight Compute
+# backend or the ncu command line), its error text carries this code; the section is then
+# SKIPPED with need "counters" and this remedy, not FAILED.
+COUNTERS_CODE = "ERR_NVGPUCTRPERM"
+COUNTERS_REMEDY = (
+    "ask an administrator to allow GPU performance counters for all users (driver module option "
+    "`NVreg_RestrictProfilingToAdminUsers=0`, see https://developer.nvidia.com/ERR_NVGPUCTRPERM), "
+    "or run as root; the CUPTI backend's kernel durations still work without it"
+)
 CC_NEED = re.compile(r"cc\d+\.\d+")
 
 
@@ -68,6 +82,16 @@ class Skip(Exception):
         self.reason = reason
         self.remedy = remedy
         self.needs = needs
+
+
+def counters_skip(exc: BaseException) -> BaseException:
+    """``exc`` as a :class:`Skip` (need ``counters``) if it reports ERR_NVGPUCTRPERM, else ``exc``."""
+    text = str(exc)
+    if isinstance(exc, Skip) or COUNTERS_CODE not in text:
+        return exc
+    line = next(line.strip() for line in text.splitlines() if COUNTERS_CODE in line)
+    return Skip(f"this machine reserves the GPU's performance counters to administrators: {first_line(line)}",
+                COUNTERS_REMEDY, needs="counters")
 
 
 class ClaimFailed(AssertionError):
@@ -204,6 +228,10 @@ class section:
                 reraise = strict()
             else:
                 record.result = self.result
+        else:
+            exc = counters_skip(exc)
+        if exc is None:
+            pass
         elif isinstance(exc, Skip):
             record.reason, record.remedy, record.needs = exc.reason, exc.remedy, exc.needs or None
             if exc.needs and exc.needs.lower() in required():

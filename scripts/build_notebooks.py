@@ -6,7 +6,10 @@ are generated, committed without outputs, in canonical nbformat, with Colab meta
 
 Source format: cells start with ``# %%`` (code) or ``# %% [markdown]`` (markdown lines
 start with ``# ``). The token ``{{SETUP}}`` on its own line becomes the setup cell
-(``{{SETUP_MANUAL}}``: notebook 01's, which only looks).
+(``{{SETUP_MANUAL}}``: notebook 01's, which only looks). ``# %% writefile NAME.py`` starts a
+code cell that Jupyter's own ``%%writefile NAME.py`` writes to a file: the module of kernels
+a notebook imports and the ``ncu`` command line runs. In the source its body is plain Python,
+so it is linted like the rest; only the generated cell carries the magic line.
 
 Usage: python scripts/build_notebooks.py [--check]   (--check: fail if a notebook is stale)
 """
@@ -14,6 +17,7 @@ Usage: python scripts/build_notebooks.py [--check]   (--check: fail if a noteboo
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -53,12 +57,25 @@ SETUP_KINDS = {
 }
 
 
+WRITEFILE = re.compile(r"^# %% writefile (?P<name>[A-Za-z_][A-Za-z0-9_]*\.py)$")
+
+
 def parse_cells(text: str) -> list[tuple[str, str]]:
-    """Split percent-format text into (kind, source) pairs."""
+    """Split percent-format text into (kind, source) pairs.
+
+    A ``# %% writefile NAME.py`` cell becomes a code cell whose first line is
+    ``%%writefile NAME.py``.
+    """
     cells: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
         if line.startswith("# %%"):
-            cells.append(("markdown" if "[markdown]" in line else "code", []))
+            writefile = WRITEFILE.match(line)
+            if "writefile" in line and not writefile:
+                raise ValueError(f"malformed writefile cell marker {line!r}; use '# %% writefile name.py'")
+            if writefile:
+                cells.append(("code", [f"%%writefile {writefile['name']}"]))
+            else:
+                cells.append(("markdown" if "[markdown]" in line else "code", []))
         elif cells:
             cells[-1][1].append(line)
         elif line.strip():

@@ -6,9 +6,40 @@ starts each notebook's kernel with this process's environment, and with
 the test run -- fails instead of printing ``[FAILED]`` and carrying on. ``setdefault``:
 an explicit ``NSPY_TUTORIAL_STRICT=0`` from the caller still wins.
 
-Unit tests that depend on the variable set or remove it themselves (monkeypatch).
+The notebooks' work folders (``NSPY_TUTORIAL_WORKDIR``, see nspy_tutorial.workdir) go to a
+temporary folder removed when the session ends, never into the repository.
+
+Unit tests that depend on the variables set or remove them themselves (monkeypatch). Every
+unit test gets its own work-folder root, and the working directory, ``sys.path`` and
+``tempfile``'s folder that ``setup()`` changes are put back afterwards.
 """
 
+import atexit
 import os
+import shutil
+import sys
+import tempfile
+
+import pytest
 
 os.environ.setdefault("NSPY_TUTORIAL_STRICT", "1")
+_SESSION_WORK = tempfile.mkdtemp(prefix="nspy-tests-work-")
+atexit.register(shutil.rmtree, _SESSION_WORK, ignore_errors=True)
+os.environ.setdefault("NSPY_TUTORIAL_WORKDIR", _SESSION_WORK)
+
+
+@pytest.fixture(autouse=True)
+def _own_work_folder(tmp_path, monkeypatch):
+    from nspy_tutorial import workdir
+
+    monkeypatch.setenv(workdir.WORKDIR_VAR, str(tmp_path / "work"))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(tempfile, "tempdir", tempfile.tempdir)
+    if "TMPDIR" in os.environ:
+        monkeypatch.setenv("TMPDIR", os.environ["TMPDIR"])
+    else:
+        monkeypatch.delenv("TMPDIR", raising=False)
+    monkeypatch.chdir(os.getcwd())
+    workdir.reset()
+    yield
+    workdir.reset()

@@ -245,6 +245,14 @@ def test_probe_gpu_reads_name_and_driver_from_nvml(monkeypatch):
     assert bootstrap.probe_gpu() == ("Tesla T4", "580.00", None)
 
 
+def test_probe_gpu_names_the_gpu_cuda_visible_devices_picks_not_nvml_device_0(monkeypatch):
+    nvml = fake_pynvml(count=2)
+    nvml.nvmlDeviceGetName = lambda handle: [b"NVIDIA A100-SXM4-80GB", b"NVIDIA H100 80GB HBM3"][handle[1]]
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert bootstrap.probe_gpu()[0] == "NVIDIA H100 80GB HBM3"
+
+
 def test_probe_gpu_with_no_device_says_nvml_sees_no_gpu(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(count=0))
     assert bootstrap.probe_gpu() == (None, None, "NVML sees no GPU")
@@ -306,6 +314,14 @@ def test_setup_without_gpu_banner_lines_give_the_remedy_for_where_the_reader_is(
     assert any(line.startswith("backend      none") for line in lines)
     env.on_colab = True
     assert banner_lines(env)[1].strip() == bootstrap.COLAB_GPU_HINT
+
+
+def test_setup_works_in_the_notebooks_own_folder_and_the_banner_names_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("NSPY_TUTORIAL_WORKDIR", str(tmp_path))
+    env = run_setup_without_gpu(monkeypatch)
+    assert env.workdir == tmp_path / env.notebook
+    assert os.getcwd() == str(env.workdir)
+    assert f"work folder  {env.workdir}  (every file this notebook writes goes here)" in banner_lines(env)
 
 
 def fake_torch_build(cuda: str | None) -> types.ModuleType:

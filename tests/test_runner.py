@@ -156,7 +156,7 @@ def test_timeout_must_be_a_positive_number_of_seconds(notebooks_dir, tmp_path, c
     ("variable", "value", "names"),
     [
         ("NSPY_TUTORIAL_STRICT", "maybe", "1/0, true/false, yes/no"),
-        ("NSPY_TUTORIAL_REQUIRE", "gpu,bogus", "gpu, profiler, ncu, ncu-cli, cupti, triton, cc<major>.<minor>"),
+        ("NSPY_TUTORIAL_REQUIRE", "gpu,bogus", "gpu, profiler, ncu, ncu-cli, cupti, triton, counters, cc<major>.<minor>"),
         ("NSPY_TUTORIAL_BACKEND", "bogus", "cupti"),
     ],
 )

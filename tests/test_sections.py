@@ -295,7 +295,7 @@ def test_require_with_an_unknown_need_fails_naming_the_valid_ones(monkeypatch, v
             pass
     message = str(raised.value)
     assert f"NSPY_TUTORIAL_REQUIRE={value!r}" in message
-    assert "valid needs: gpu, profiler, ncu, ncu-cli, cupti, triton, cc<major>.<minor> (e.g. cc8.0)" in message
+    assert "valid needs: gpu, profiler, ncu, ncu-cli, cupti, triton, counters, cc<major>.<minor> (e.g. cc8.0)" in message
 
 
 def test_require_is_case_insensitive(monkeypatch):
