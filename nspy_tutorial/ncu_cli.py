@@ -395,26 +395,29 @@ def nsight_table(script: str, func, *, ncu: str, configs: Sequence, runs: int = 
     table = read_nsight_table(report, func, configs, runs, metrics, combine_kernel_metrics=combine_kernel_metrics,
                               derive_metric=derive_metric, normalize_against=normalize_against,
                               ignore_kernel_list=ignore_kernel_list)
-    keep_table(table, func, configs, runs, metrics)
+    keep_table(table, func, configs, runs, metrics, name=os.path.basename(report).removesuffix(".ncu-rep"))
     return table
 
 
 KEEP_VAR = "NSPY_TUTORIAL_KEEP_TABLES"
 
 
-def keep_table(table: pd.DataFrame, func, configs: Sequence, runs: int, metrics: Sequence[str]) -> str | None:
+def keep_table(table: pd.DataFrame, func, configs: Sequence, runs: int, metrics: Sequence[str],
+               name: str | None = None) -> str | None:
     """With ``NSPY_TUTORIAL_KEEP_TABLES=<folder>``, save ``table`` there as JSON, with the call.
 
     This is how the tests' fixtures are made: nsight-python's own table, extracted from a
     report written on a GPU machine, saved with its column types so that :func:`load_table`
     gives back the same DataFrame on a CPU (the reports themselves are about 1 MB a kernel).
-    The file is ``<work folder name>--<function>.json``; returns its path.
+    The file is ``<work folder name>--<name>.json`` (``name``: the report's, default the
+    function's); returns its path.
     """
     folder = os.environ.get(KEEP_VAR)
     if not folder:
         return None
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"{os.path.basename(os.getcwd())}--{func.__name__}.json")
+    name = name or func.__name__
+    path = os.path.join(folder, f"{os.path.basename(os.getcwd())}--{name}.json")
     kept = {"call": {"function": func.__name__, "configs": [list(c) for c in as_tuples(configs)], "runs": runs,
                      "metrics": list(metrics)},
             "dtypes": {column: str(dtype) for column, dtype in table.dtypes.items()},
