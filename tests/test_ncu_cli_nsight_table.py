@@ -189,3 +189,20 @@ def test_the_table_is_read_with_nsight_pythons_own_extraction_and_aggregation(tm
     assert (row.Annotation, row.n, row.AvgValue, row.NumRuns, row.Kernel) == ("two kernels", 1024, 16.5, 2, "mul|add")
     assert list(table.columns)[:4] == ["Annotation", "Metric", "n", "AvgValue"]
     json.dumps(table.astype(str).to_dict())  # plain data, ready to keep
+
+
+def test_a_table_kept_on_the_gpu_test_machine_has_the_nsight_compute_backends_shape():
+    """Kept from the first GPU run of nsight_table (H200, ncu 2025.3.1, launch mode): a + b*c and addcmul."""
+    from notebook_code import fixture
+
+    call, table = fixture("h200_probe--fusion")
+    assert call["function"] == "fusion" and call["runs"] == 3
+    assert list(table.columns) == ["Annotation", "Metric", "n", "AvgValue", "StdDev", "MinValue", "MaxValue",
+                                   "NumRuns", "Kernel", "GPU", "Host", "ComputeClock", "MemoryClock", "Unit",
+                                   "CI95_Lower", "CI95_Upper", "RelativeStdDevPct", "StableMeasurement",
+                                   "Normalized", "Geomean"]
+    kernels = dict(zip(table.Annotation, table.Kernel))
+    # bare function names, the two kernels of one run joined by "|", as the backend gives them
+    assert kernels == {"a + b*c": "vectorized_elementwise_kernel|vectorized_elementwise_kernel",
+                       "addcmul": "vectorized_elementwise_kernel"}
+    assert set(table.Unit) == {"ns", "byte"} and (table.NumRuns == 3).all()

@@ -1,0 +1,62 @@
+"""The notebooks' own code, for CPU tests: their functions, their kernels modules, their fixtures.
+
+* :func:`functions` compiles named top-level functions of a notebook source into a namespace:
+  the analysis a notebook runs on its table is tested as the notebook has it.
+* :func:`module_source` is the text of a ``# %% writefile NAME.py`` cell, and
+  :func:`import_module` writes it to a folder and imports it, as the notebook does.
+* :func:`fixture` loads a table kept from a GPU run (``NSPY_TUTORIAL_KEEP_TABLES``, see
+  ``ncu_cli.keep_table``): nsight-python's own extraction of an ncu report, shaped exactly
+  as the Nsight Compute backend's ``to_dataframe()`` -- the branch every Colab reader takes.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from nspy_tutorial import ncu_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ROOT / "notebooks" / "src"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def source(stem: str) -> str:
+    return (SOURCES / f"{stem}.py").read_text(encoding="utf-8")
+
+
+def functions(stem: str, *names: str, **namespace) -> SimpleNamespace:
+    """The notebook's top-level functions ``names``, compiled into ``namespace`` (its globals)."""
+    tree = ast.parse(source(stem).replace("{{SETUP}}", "pass").replace("{{SETUP_MANUAL}}", "pass"))
+    found = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in names]
+    missing = set(names) - {node.name for node in found}
+    assert not missing, f"{stem} defines no top-level function(s) {sorted(missing)}"
+    exec(compile(ast.Module(body=found, type_ignores=[]), str(SOURCES / f"{stem}.py"), "exec"), namespace)
+    return SimpleNamespace(**{name: namespace[name] for name in names})
+
+
+def module_source(stem: str, module: str) -> str:
+    """The body of the notebook's ``# %% writefile <module>.py`` cell."""
+    match = re.search(rf"^# %% writefile {module}\.py\n(.*?)(?=^# %%|\Z)", source(stem), flags=re.M | re.S)
+    assert match, f"{stem} has no '# %% writefile {module}.py' cell"
+    return match.group(1)
+
+
+def import_module(stem: str, module: str, folder: Path):
+    """Write the notebook's kernels module into ``folder`` and import it (fresh)."""
+    (folder / f"{module}.py").write_text(module_source(stem, module), encoding="utf-8")
+    sys.path.insert(0, str(folder))
+    sys.modules.pop(module, None)
+    try:
+        return importlib.import_module(module)
+    finally:
+        sys.path.remove(str(folder))
+
+
+def fixture(name: str):
+    """(call, table) of ``tests/fixtures/<name>.json``, e.g. ``fixture("07_kernel_fusion--fusion")``."""
+    return ncu_cli.load_table(str(FIXTURES / f"{name}.json"))
