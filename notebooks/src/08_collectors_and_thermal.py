@@ -303,7 +303,7 @@ with nt.section("2. The first RUN sample after an idle GPU") as s:
     OFF = profile_heated("off")
     raw = OFF["raw"]
     print(f"  {nt.rules(ENV.backend)}\n  (slept {IDLE_S:g} s before the call; {RUNS} runs in {OFF['wall']:.1f} s)\n")
-    print(raw[["sm_clock_mhz", "clock_at_entry_mhz", "Value"]].head(5).rename_axis("run").to_string())  # Value: ns
+    print(raw[["sm_clock_mhz", "clock_at_entry_mhz"]].assign(kernel_us=raw.Value / 1e3).head(5).round(1).to_string())
     nt.claim(len(raw) == RUNS and raw.sm_clock_mhz.notna().all(), "one RUN-scope clock sample per run",
              f"{raw.sm_clock_mhz.notna().sum()} samples, {RUNS} runs")
     t0, t_rest = raw.Value.iloc[0], raw.Value.iloc[1:].median()
