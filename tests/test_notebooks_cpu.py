@@ -65,7 +65,7 @@ def gpu_sections(nb: nbformat.NotebookNode) -> list[str]:
     """Names of the sections whose body calls ``ENV.require...`` (every need includes a GPU)."""
     names = []
     for cell in nb.cells:
-        if cell.cell_type != "code":
+        if cell.cell_type != "code" or cell.source.startswith("%%"):  # a cell magic (%%writefile) holds no section
             continue
         for node in ast.walk(ast.parse(cell.source)):
             if not isinstance(node, ast.With):

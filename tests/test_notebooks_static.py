@@ -178,7 +178,8 @@ def markdown(path: Path) -> str:
 
 
 def trees(path: Path) -> list[ast.AST]:
-    return [ast.parse(cell.source) for cell in code_cells(read(path))]
+    """Each code cell's syntax tree; a %%writefile cell is read as the Python module it writes."""
+    return [ast.parse(re.sub(r"\A%%writefile \S+\n", "", cell.source)) for cell in code_cells(read(path))]
 
 
 def first_cell_with(cells: list[nbformat.NotebookNode], pattern: str) -> int | None:

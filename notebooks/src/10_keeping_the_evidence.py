@@ -3,30 +3,32 @@
 #
 # **What you will learn**
 # - what `output_prefix` and `output_csv=True` write, file by file, and what is in each:
-#   the per-run CSV (one row per annotation × configuration × run × metric) and the processed
-#   CSV (exactly `to_dataframe()`, except for what a CSV cannot keep -- checked on your data);
+#   the per-run CSV (one row per annotation × configuration × run × metric, `derive_metric`'s
+#   values included) and the processed CSV (exactly `to_dataframe()`, except for what a CSV
+#   cannot keep -- checked on your data);
 # - how to open a Nsight Compute report from Python with `ncu_report`: ranges, actions
 #   (kernel launches), metrics with their units -- nsight-python's own report when its Nsight
 #   Compute backend is active, and a **full** report (`ncu --set full`) from the command line,
 #   which works with any ncu, old ones included;
 # - the handful of metrics in a full report that matter first (duration, SM and DRAM
-#   throughput, achieved occupancy, tensor pipe use), and what to do when a metric is absent;
+#   throughput, achieved occupancy, clock, tensor pipe use), and how to find the right name
+#   when names differ between GPUs and ncu versions;
 # - that `ncu_report` opens a file it cannot read *without an error*, and how to tell; what
 #   to do when the reader (`ncu-report`) is older than the ncu that wrote the report;
-# - how to pack one investigation -- environment, CSVs, report, plots, the script -- into one
-#   zip, download it from Colab, and open the report in the Nsight Compute GUI;
+# - how to pack one investigation -- environment, CSVs, report, plots, the profiled module --
+#   into one zip, download it from Colab, and open the report in the Nsight Compute GUI;
 # - the habits this series taught, and the notebook that showed each on your GPU.
 #
-# Everything this notebook writes goes into one **evidence folder** (a new temporary folder;
-# set `EVIDENCE` to a folder of your own to keep it).
+# Everything this notebook writes goes into its work folder (printed by the setup cell); the
+# evidence of this investigation goes into one **evidence folder** inside it.
 
 # %%
 {{SETUP}}
 
 # %%
 import json
-import tempfile
-import textwrap
+import shutil
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -36,27 +38,57 @@ import ncu_report
 import nsight
 import numpy as np
 import pandas as pd
-import torch
 
 from nspy_tutorial import evidence, ncu_cli
 
 pd.set_option("display.width", 200)
 SILENT = nsight.VerbosityLevel.SILENT
 TIME = "gpu__time_duration.sum"
-EVIDENCE = Path(tempfile.mkdtemp(prefix="nspy_10_")) / time.strftime("evidence-%Y%m%d-%H%M%S")
+EVIDENCE = ENV.workdir / time.strftime("evidence-%Y%m%d-%H%M%S")
 (EVIDENCE / "plots").mkdir(parents=True)
 PREFIX = f"{EVIDENCE}/"  # output_prefix is a string prefix: a folder path ending in "/"
-SIZES = [1 << 20, 1 << 24]
-RUNS = 10
-ANNOTATIONS = ["x * 2", "x + 1"]
-DF = RAW = None
-NSIGHT_REPORT_METRICS = None
 print(f"evidence folder: {EVIDENCE}")
+
+# %% [markdown]
+# The workloads, written once: two elementwise streams for section 1, and the fp16 matmul
+# whose full report section 2b keeps. The notebook imports this module; the `ncu` command
+# line runs the same file (its `__main__` replays a function the way nsight-python runs a
+# decorated one: configurations, then runs, ranges in nsight-python's NVTX domain).
+
+# %% writefile evidence_kernels.py
+"""Notebook 10's workloads: two elementwise streams (section 1) and one fp16 matmul (section 2b)."""
+import nsight
+import torch
+
+
+def stream(n: int) -> None:
+    """x * 2 and x + 1 on n floats, each in its own annotation (x is made outside them)."""
+    x = torch.randn(n, device="cuda")
+    with nsight.annotate("x * 2"):
+        _ = x * 2.0
+    with nsight.annotate("x + 1"):
+        _ = x + 1.0
+
+
+def matmul(n: int) -> None:
+    """One n x n fp16 matmul; cuBLAS picks a tensor-core kernel for this GPU."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    with nsight.annotate("fp16 matmul"):
+        _ = a @ b
+
+
+if __name__ == "__main__":  # what the ncu command line runs (the printed command shows it)
+    from nspy_tutorial import ncu_cli
+    ncu_cli.replay(globals())
+
+# %%
+import evidence_kernels as ek  # written by the cell above, into the work folder
 
 # %% [markdown]
 # ## 1. `output_prefix` + `output_csv=True`: what is written, and reading it back
 #
-# Two elementwise kernels, two sizes, 10 runs, plus a derived metric (GB/s, computed per
+# Two elementwise kernels, two sizes, a few runs, plus a derived metric (GB/s, computed per
 # run by `derive_metric`), so that the CSVs have more than one metric. With
 # `output_prefix=PREFIX` and `output_csv=True`, nsight-python writes (`nsight/collection/core.py`):
 #
@@ -73,60 +105,62 @@ print(f"evidence folder: {EVIDENCE}")
 # not types: a nullable boolean such as `StableMeasurement` or a column of strings may come
 # back with another dtype, and a text value that looks like a number (a driver version
 # "580.10", say) comes back as a number. The comparison treats missing values as equal
-# whatever their spelling, and prints every dtype that changed.
+# whatever their spelling, and prints every dtype that changed. Look also at the derived
+# metric's rows: `derive_metric` adds a metric named after the function, with its own unit.
 
 # %%
+SIZES = [1 << 20, 1 << 24]
+RUNS = 5  # the shape of the files, not the statistics (notebook 03): a few runs are enough
+DF = RAW = None
+NSIGHT_REPORT_METRICS = None
+
+
 def gb_per_s(time_ns, n):
     """derive_metric: each element is read once and written once (4 + 4 bytes); bytes/ns = GB/s."""
     return 8 * n / time_ns, "GB/s"
 
 
-@nsight.analyze.kernel(configs=SIZES, runs=RUNS, thermal_mode="off", verbosity=SILENT,
-                       derive_metric=gb_per_s, output_prefix=PREFIX, output_csv=True)
-def stream(n: int) -> None:
-    x = torch.randn(n, device="cuda")
-    with nsight.annotate("x * 2"):
-        _ = x * 2.0
-    with nsight.annotate("x + 1"):
-        _ = x + 1.0
+def read_back(table: pd.DataFrame, prefix: str, function: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The newest call's per-run and processed CSVs, and the processed one compared with `table` column by column."""
+    raw, back = (pd.read_csv(evidence.newest_output(prefix, kind, function)) for kind in ("profiled_data", "processed_data"))
+    return raw, back, evidence.round_trip_differences(table, back)
 
 
 with nt.section("1. output_prefix + output_csv: the files, read back") as s:
     ENV.require("profiler")
+    stream = nsight.analyze.kernel(configs=SIZES, runs=RUNS, thermal_mode="off", verbosity=SILENT,
+                                   derive_metric=gb_per_s, output_prefix=PREFIX, output_csv=True)(ek.stream)
     DF = stream().to_dataframe()
-    print(f"  {nt.rules(ENV.backend)}\n")
-    print(evidence.listing(EVIDENCE).to_string(index=False))
-    RAW = pd.read_csv(evidence.newest_output(PREFIX, "profiled_data", "stream"))
-    back = pd.read_csv(evidence.newest_output(PREFIX, "processed_data", "stream"))
-    metrics = list(DF.Metric.unique())
-    rows = len(ANNOTATIONS) * len(SIZES) * RUNS * len(metrics)
-    print(f"\n  per-run CSV: {len(RAW)} rows, columns {list(RAW.columns)}")
-    nt.claim(len(RAW) == rows, "the per-run CSV has one row per annotation x configuration x run x metric",
-             f"{len(RAW)} = {len(ANNOTATIONS)} x {len(SIZES)} x {RUNS} x {len(metrics)} {metrics}")
-    nt.claim((RAW.groupby(["Annotation", "n", "Metric"]).size() == RUNS).all(),
-             f"each annotation, size and metric has exactly {RUNS} runs in it")
-    diff = evidence.round_trip_differences(DF, back)
+    ncu_cli.keep_table(DF, ek.stream, SIZES, RUNS, [TIME])  # only with NSPY_TUTORIAL_KEEP_TABLES (the test fixtures)
+    print(f"  {nt.rules(ENV.backend)}\n\n  derive_metric's rows of to_dataframe():")
+    print(DF[DF.Metric == "gb_per_s"][["Annotation", "n", "AvgValue", "Unit", "RelativeStdDevPct"]].round(2).to_string(index=False))
+    RAW, back, diff = read_back(DF, PREFIX, "stream")
+    metrics = list(RAW.Metric.unique())
+    print(f"\n  per-run CSV: {len(RAW)} rows, metrics {metrics}, columns {list(RAW.columns)}")
+    counts = RAW.groupby(["Annotation", "n", "Metric"]).size()
+    nt.claim(len(counts) == 2 * len(SIZES) * len(metrics) and (counts == RUNS).all(),
+             "the per-run CSV has one row per annotation x configuration x run x metric",
+             f"{len(RAW)} rows = 2 x {len(SIZES)} x {RUNS} x {len(metrics)}")
     nt.claim(list(back.columns) == list(DF.columns), "the processed CSV has to_dataframe()'s columns, in order")
     nt.claim(diff.same_values.all(), "every value of to_dataframe() comes back from the processed CSV",
              f"differing columns: {list(diff.column[~diff.same_values])}")
     changed = diff[diff.dtype_before != diff.dtype_after]
     print("\n  dtypes that the CSV round trip changed (values equal, types not):")
     print(changed[["column", "dtype_before", "dtype_after"]].to_string(index=False) if len(changed) else "    none")
-    fig, axes = plt.subplots(1, len(ANNOTATIONS), figsize=(9, 3.2), sharey=True)
-    for ax, ann in zip(axes, ANNOTATIONS):
-        for n in SIZES:
-            v = RAW[(RAW.Annotation == ann) & (RAW.n == n) & (RAW.Metric == TIME)].Value / 1e3
-            ax.plot(np.arange(len(v)), v, "o-", ms=3, label=f"n = {n:,}")
-        ax.set_title(f"{ann} ({ENV.backend} backend)", fontsize=9)
-        ax.set_xlabel("run")
-        ax.set_yscale("log")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
+    for ax, (ann, part) in zip(axes, RAW[RAW.Metric == TIME].groupby("Annotation")):
+        for n, runs in part.groupby("n"):
+            ax.plot(np.arange(len(runs)), runs.Value / 1e3, "o-", ms=3, label=f"n = {n:,}")
+        ax.set(title=f"{ann} ({ENV.backend} backend)", xlabel="run", yscale="log")
         ax.legend(fontsize=7)
     axes[0].set_ylabel("kernel time (us)")
     plt.tight_layout()
     fig.savefig(EVIDENCE / "plots" / "per_run_time.png", dpi=120)  # the plot is evidence too
     plt.show()
-    s.result = (f"{len(evidence.listing(EVIDENCE))} files; per-run CSV {len(RAW)} rows; processed CSV == to_dataframe() "
-                f"({len(changed)} dtype(s) changed)")
+    files = evidence.listing(EVIDENCE)
+    print(files.to_string(index=False))
+    s.result = (f"{len(files)} files; per-run CSV {len(RAW)} rows ({len(metrics)} metrics); processed CSV == "
+                f"to_dataframe() ({len(changed)} dtype(s) changed)")
 
 # %% [markdown]
 # ## 2. The Nsight Compute report, opened from Python
@@ -155,12 +189,8 @@ with nt.section("1. output_prefix + output_csv: the files, read back") as s:
 # %%
 def actions_of(report) -> list:
     """Every action (profiled kernel launch) of every range of an opened report."""
-    found = []
-    for i in range(report.num_ranges()):
-        rng = report.range_by_idx(i)
-        for j in range(rng.num_actions()):
-            found.append(rng.action_by_idx(j))
-    return found
+    return [report.range_by_idx(i).action_by_idx(j) for i in range(report.num_ranges())
+            for j in range(report.range_by_idx(i).num_actions())]
 
 
 with nt.section("2a. nsight-python's own report (Nsight Compute backend)") as s:
@@ -177,121 +207,128 @@ with nt.section("2a. nsight-python's own report (Nsight Compute backend)") as s:
     evidence.check_loaded(report.num_ranges(), path, writer=ENV.ncu_version)
     actions = actions_of(report)
     NSIGHT_REPORT_METRICS = len(actions[0].metric_names())
-    print(f"  {path.name}: {report.num_ranges()} range(s), {len(actions)} actions, "
-          f"{NSIGHT_REPORT_METRICS} metrics per action")
-    print(f"  kernels: {sorted({nt.short_kernel_name(a.name()) for a in actions})}")
-    print(f"  metrics of the first action: {sorted(actions[0].metric_names())}")
-    nt.claim(len(actions) == len(ANNOTATIONS) * len(SIZES) * RUNS,
-             "one action per profiled launch: annotations x configurations x runs", f"{len(actions)} actions")
+    print(f"  {path.name}: {report.num_ranges()} range(s), {len(actions)} actions, {NSIGHT_REPORT_METRICS} metrics "
+          f"per action\n  kernels: {sorted({nt.short_kernel_name(a.name()) for a in actions})}")
+    nt.claim(len(actions) == 2 * len(SIZES) * RUNS, "one action per profiled launch: annotations x configurations x runs",
+             f"{len(actions)} actions")
     durations = sorted(float(a[TIME].value()) for a in actions)
-    from_csv = sorted(RAW[RAW.Metric == TIME].Value)
-    nt.claim(np.allclose(durations, from_csv), "the per-run CSV's durations are this report's gpu__time_duration.sum values",
+    nt.claim(np.allclose(durations, sorted(RAW[RAW.Metric == TIME].Value)),
+             "the per-run CSV's durations are this report's gpu__time_duration.sum values",
              f"{len(durations)} values, unit {actions[0][TIME].unit()!r}")
     s.result = f"{len(actions)} launches, {NSIGHT_REPORT_METRICS} metrics each: only what was asked for"
 
 # %% [markdown]
 # **2b. The full report from the `ncu` command line.** For a complete analysis, run ncu
-# itself with `--set full -o <file>` on a small script -- this works with any ncu, including
-# one too old for nsight-python's backend. The script is saved in the evidence folder beside
-# the report: it *is* the experiment. `--set full` replays each kernel some 40 times to
-# collect every section, so we profile **one** launch, selected by an NVTX range (the
-# first, warm-up matmul runs outside it). The command line's defaults apply: caches flushed,
-# clocks locked to base (notebook 04).
+# itself with `--set full -o <file>` on the module above -- this works with any ncu,
+# including one too old for nsight-python's backend. `--set full` replays each kernel some
+# 40 times to collect every section, so we profile **one** launch: `--nvtx-include` keeps only
+# kernels inside nsight-python's annotation (the matrices are made outside it). The command
+# line's defaults apply: caches flushed, clocks locked to base (notebook 04).
 #
-# Then the metrics that answer the first questions about a kernel:
+# Then the metrics that answer the first questions about a kernel. Metric names differ
+# between GPU generations and ncu versions, so each question lists candidate names; the
+# first one the report has is used, and the table says which:
 #
 # | question | metric |
 # |---|---|
 # | how long? | `gpu__time_duration.sum` |
-# | how busy were the SMs, the memory? (% of peak) | `sm__throughput.avg.pct_of_peak_sustained_elapsed`, `gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed`, `gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed` |
+# | how busy were the SMs, the memory? (% of peak) | `sm__throughput`, `gpu__dram_throughput`, `gpu__compute_memory_throughput` (`.avg.pct_of_peak_sustained_elapsed`) |
 # | how full were the SMs? (achieved occupancy) | `sm__warps_active.avg.pct_of_peak_sustained_active` |
-# | at what clock? | `gpc__cycles_elapsed.avg.per_second` |
-# | did it use the tensor cores? | a `pipe_tensor` metric; the name depends on the GPU and the ncu version |
+# | at what clock? | `gpc__cycles_elapsed.avg.per_second`, shown in MHz |
+# | did it use the tensor cores? | `sm__pipe_tensor_cycles_active` (any tensor instruction), `..._op_gmma_...` (Hopper's warpgroup `wgmma`), `..._op_hmma_...` (warp-level `mma.sync`) |
 #
-# A metric this GPU or this ncu does not have is printed as "not in this report" rather than
-# failing; for the tensor pipes we list what the report does have.
+# On Hopper (H100, H200: compute capability 9.0), cuBLAS's fp16 GEMMs (`nvjet_sm90_...`) issue `wgmma`
+# instructions, which the **GMMA** metrics count; the HMMA metrics count the older warp-level
+# instructions that Turing and Ampere GEMMs use. Prefer a `cycles_active` metric (how often
+# the pipe was busy) to an `inst_executed` one (how many instructions were issued): one
+# `wgmma` keeps the pipe busy for many cycles, so its instruction share reads far lower.
+# Achieved occupancy is low for a `wgmma` GEMM by design: each SM holds a few large
+# warpgroups that keep big tiles in registers and shared memory, so judge such a kernel by
+# its tensor-pipe activity, not by its occupancy.
 
 # %%
-FULL_SCRIPT = textwrap.dedent('''
-    import sys, torch
-    n = int(sys.argv[1])
-    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    c = a @ b                      # warm-up, outside the range: not profiled
-    torch.cuda.synchronize()
-    torch.cuda.nvtx.range_push("matmul")
-    c = a @ b                      # the one launch ncu profiles
-    torch.cuda.nvtx.range_pop()
-    torch.cuda.synchronize()
-''')
 N_FULL = 4096
-KEY_METRICS = {
-    "duration": TIME,
-    "SM throughput": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "DRAM throughput": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-    "memory throughput": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-    "achieved occupancy": "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "SM clock": "gpc__cycles_elapsed.avg.per_second",
-}
-TENSOR_PIPE = [  # tried in order; names differ between GPU generations and ncu versions
-    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-    "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active",
-    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
-]
-
-
-def shown(metric) -> str:
-    """A metric's value and unit, or why there is none."""
-    if metric is None:
-        return "not in this report"
-    value = metric.value()
-    if isinstance(value, (int, float)):
-        return f"{value:,.2f} {metric.unit()}"
-    return f"{value!r} {metric.unit()}"
-
-
 FULL_REPORT = None
+QUESTIONS = {  # question -> candidate metric names, the first one present is used
+    "duration": ["gpu__time_duration.sum"],
+    "SM throughput": ["sm__throughput.avg.pct_of_peak_sustained_elapsed"],
+    "DRAM throughput": ["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                        "dram__throughput.avg.pct_of_peak_sustained_elapsed"],
+    "memory throughput": ["gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"],
+    "achieved occupancy": ["sm__warps_active.avg.pct_of_peak_sustained_active"],
+    "SM clock": ["gpc__cycles_elapsed.avg.per_second", "sm__cycles_elapsed.avg.per_second"],
+    "tensor pipe, any": ["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"],
+    "tensor pipe, GMMA": ["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+                          "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active"],
+    "tensor pipe, HMMA": ["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+                          "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"],
+}
+
+
+def metric_table(action) -> pd.DataFrame:
+    """Every candidate metric, and every tensor-pipe average %, that the report has: name, value, unit."""
+    wanted = {m for names in QUESTIONS.values() for m in names}
+    names = sorted(m for m in action.metric_names() if m in wanted or ("pipe_tensor" in m and ".avg.pct_of_peak" in m))
+    return pd.DataFrame([(m, action[m].value(), action[m].unit()) for m in names], columns=["metric", "value", "unit"])
+
+
+def readable(value, unit: str) -> str:
+    """A value as one reads it: a percentage as is, a time in us, a frequency in MHz."""
+    if unit == "%":
+        return f"{value:.1f} %"
+    if unit.lower().endswith("hz") or unit.startswith("cycle/"):
+        return f"{ncu_cli.to_base_units(value, unit) / 1e6:,.0f} MHz"
+    if unit.lower().endswith(("second", "s")):
+        return f"{ncu_cli.to_base_units(value, unit) * 1e6:,.2f} us"
+    return f"{value:,.4g} {unit}"
+
+
+def key_metrics(found: pd.DataFrame) -> pd.DataFrame:
+    """One row per question: the first candidate metric the report has and its value, or 'not in this report'."""
+    have = found.set_index("metric")
+    rows = []
+    for question, names in QUESTIONS.items():
+        name = next((m for m in names if m in have.index), None)
+        rows.append((question, name or "-", readable(have.value[name], have.unit[name]) if name else "not in this report"))
+    return pd.DataFrame(rows, columns=["question", "metric used", "value"])
+
 
 with nt.section("2b. The full report from the ncu command line (--set full)") as s:
     ENV.require("ncu-cli")
-    script = ncu_cli.write_script(FULL_SCRIPT, "full_matmul.py", directory=str(EVIDENCE))
-    base = EVIDENCE / "ncu-cli-full-matmul"
-    cmd = ncu_cli.ncu_command(ENV.ncu_path, script, [str(N_FULL)], [], ["matmul"],
-                              section_set="full", report=str(base))
-    print(f"  $ {ncu_cli.command_text(cmd)}")
-    print(f"  {nt.rules('ncu-cli')}")
+    FULL_REPORT = EVIDENCE / "full-matmul.ncu-rep"
+    cmd = [ENV.ncu_path, "--set", "full",                                  # every section of the full set
+           "--nvtx", "--nvtx-include", "regex:nsight-python@.+",             # only kernels inside nsight.annotate
+           "-f", "-o", str(FULL_REPORT.with_suffix("")),                     # ncu adds .ncu-rep
+           sys.executable, "evidence_kernels.py", "matmul", json.dumps([[N_FULL]]), "1"]  # matmul(4096), one run
+    print(f"  $ {ncu_cli.command_text(cmd)}\n  {nt.rules('ncu-cli')}")
     start = time.perf_counter()
     ncu_cli.run(cmd, timeout=600)
     took = time.perf_counter() - start
-    FULL_REPORT = Path(f"{base}.ncu-rep")
-    nt.claim(FULL_REPORT.exists(), "ncu wrote the report, adding .ncu-rep to the name given with -o",
-             f"{FULL_REPORT.name}, {FULL_REPORT.stat().st_size / 2**20:.1f} MiB" if FULL_REPORT.exists() else "")
+    nt.claim(FULL_REPORT.exists(), "ncu wrote the report, adding .ncu-rep to the name given with -o")
     report = ncu_report.load_report(str(FULL_REPORT))
     evidence.check_loaded(report.num_ranges(), FULL_REPORT, writer=ENV.ncu_version)
     actions = actions_of(report)
-    action = actions[0]
-    names = action.metric_names()
-    print(f"\n  ncu took {took:.0f} s; {report.num_ranges()} range(s), {len(actions)} action(s); the first:")
-    print(f"    {nt.short_kernel_name(action.name())}")
-    print(f"    {len(names):,} metrics\n")
-    for label, metric in KEY_METRICS.items():
-        print(f"    {label:20s} {metric:68s} {shown(action.metric_by_name(metric))}")
-    tensor = next((t for t in TENSOR_PIPE if action.metric_by_name(t) is not None), None)
-    print(f"    {'tensor pipe':20s} {(tensor or TENSOR_PIPE[0]):68s} {shown(action.metric_by_name(tensor) if tensor else None)}")
-    others = sorted(m for m in names if "pipe_tensor" in m and m.endswith("pct_of_peak_sustained_active"))
-    print(f"\n  pipe_tensor metrics in this report ({len(others)}): {others[:8]}{' ...' if len(others) > 8 else ''}")
-    nt.claim(len(actions) >= 1 and action.metric_by_name(TIME) is not None,
-             "the report holds the profiled launch and its duration")
-    nt.claim(len(names) > 100, "the full set records hundreds of metrics per launch", f"{len(names):,}")
+    names = actions[0].metric_names()
+    print(f"\n  ncu took {took:.0f} s; {len(actions)} launch(es) in the annotation; the first, "
+          f"{nt.short_kernel_name(actions[0].name())}, has {len(names):,} metrics\n")
+    found = metric_table(actions[0])
+    ncu_cli.keep_table(found, ek.matmul, [N_FULL], 1, list(found.metric), name="full-matmul")  # test fixture, if asked
+    answers = key_metrics(found)
+    print(answers.to_string(index=False))
+    tensor = found[found.metric.str.contains("pipe_tensor")]
+    print(f"\n  tensor-pipe % metrics in this report ({len(tensor)}): {list(tensor.metric)}")
+    nt.claim(actions[0].metric_by_name(TIME) is not None and len(names) > 100,
+             "the report holds the launch, its duration and hundreds of other metrics", f"{len(names):,} metrics")
     if NSIGHT_REPORT_METRICS is not None:
         nt.claim(NSIGHT_REPORT_METRICS < len(names), "nsight-python's report holds far fewer metrics than a full one",
                  f"{NSIGHT_REPORT_METRICS} vs {len(names):,}")
-    details = ncu_cli.run([ENV.ncu_path, "--import", str(FULL_REPORT), "--page", "details"], timeout=300)
-    print("\n  the same report read by ncu itself (ncu --import <report> --page details), first lines:")
-    print(textwrap.indent("\n".join(details.strip().splitlines()[:24]), "    "))
-    sm = action.metric_by_name(KEY_METRICS["SM throughput"])
-    s.result = (f"{len(names):,} metrics for {len(actions)} launch(es); SM throughput "
-                f"{shown(sm)}; ncu took {took:.0f} s")
+    busy = tensor[tensor.metric.str.contains("cycles_active")]  # cycles the pipe was busy, not instructions issued
+    if len(busy):
+        nt.claim(busy.value.max() > 20, "the fp16 matmul ran on the tensor cores (a tensor pipe busy > 20 %)",
+                 f"busiest: {busy.metric.iloc[busy.value.argmax()]} {busy.value.max():.1f} %")
+    pick = "tensor pipe, GMMA" if ENV.facts.compute_capability >= (9, 0) else "tensor pipe, HMMA"
+    s.result = "; ".join(f"{q} {v}" for q, v in answers.set_index("question").value.items()
+                         if q in ("duration", "SM clock", "achieved occupancy", pick)) + f"; ncu took {took:.0f} s"
 
 # %% [markdown]
 # **2c. Versions, and a report that cannot be read.** nsight-python refuses to start its
@@ -311,27 +348,22 @@ with nt.section("2c. Reader and writer versions; a file ncu_report cannot read")
     reader = evidence.reader_version()
     writer = ENV.ncu_version if ENV.ncu_path else None
     status, message = evidence.version_verdict(writer, reader)
-    print(f"  reader: ncu-report {'.'.join(map(str, reader)) if reader else 'not installed'}; "
-          f"writer: {ENV.ncu_path or 'no ncu on this machine'} "
-          f"({'.'.join(map(str, writer)) if writer else '-'})")
-    print(f"  {status}: {message}")
-    bogus = Path(tempfile.mkdtemp(prefix="nspy_10_bogus_")) / "not-a-report.ncu-rep"  # not in the evidence folder
+    print(f"  reader: ncu-report {'.'.join(map(str, reader)) if reader else 'not installed'}; writer: "
+          f"{ENV.ncu_path or 'no ncu on this machine'} ({'.'.join(map(str, writer)) if writer else '-'})\n"
+          f"  {status}: {message}")
+    bogus = Path("not-a-report.ncu-rep")  # in the work folder, not in the evidence folder
     bogus.write_bytes(b"this is not a Nsight Compute report\n" * 64)
     try:
         ranges, raised = ncu_report.load_report(str(bogus)).num_ranges(), None
     except Exception as exc:  # a future ncu_report may raise instead: that is fine too
         ranges, raised = None, f"{type(exc).__name__}: {exc}"
-    print("  load_report on a file that is not a report: "
-          + (f"raised {raised}" if raised else f"no error, {ranges} ranges"))
+    print("  load_report on a file that is not a report: " + (f"raised {raised}" if raised else f"no error, {ranges} ranges"))
     nt.claim(raised is not None or ranges == 0, "nothing is read from a file that is not a report")
-    caught = raised
     if raised is None:
         try:
             evidence.check_loaded(ranges, bogus, writer, reader)
         except evidence.UnreadableReport as exc:
-            caught = str(exc)
-        print(f"  check_loaded: {caught}")
-        nt.claim(caught is not None, "a report that opens with 0 ranges becomes a clear error")
+            print(f"  check_loaded turns that into: {exc}")
     s.result = (f"reader vs writer: {status}; a file that is not a report: "
                 f"{'raised' if raised else f'{ranges} ranges, turned into a clear error'}")
 
@@ -343,7 +375,7 @@ with nt.section("2c. Reader and writer versions; a file ncu_report cannot read")
 # - `environment.json`: the banner as data -- GPU, driver, device facts, datasheet peaks,
 #   backend and why, ncu path and version, package versions, Python, host, time;
 # - the CSVs and, with the Nsight Compute backend, nsight-python's report (section 1);
-# - the full report and the exact script it profiled (section 2b);
+# - the full report (section 2b) and `evidence_kernels.py`, the module it profiled;
 # - the plots, saved as PNG;
 # - `README.txt`: which tool measured what, under which rules, and how to open the report.
 #
@@ -354,24 +386,26 @@ with nt.section("2c. Reader and writer versions; a file ncu_report cannot read")
 # **Opening the report in the Nsight Compute GUI.** Install Nsight Compute on your own
 # computer (free, from https://developer.nvidia.com/nsight-compute; the GUI is `ncu-ui`; it
 # needs no GPU to *read* a report, and it should be at least as new as the ncu that wrote
-# it), unzip, then `ncu-ui ncu-cli-full-matmul.ncu-rep` or *File → Open*. The **Details**
-# page has the sections the full set collected (GPU Speed Of Light, Compute and Memory
-# Workload Analysis, Occupancy, ...), with the rules' advice; **Source** shows SASS with
+# it), unzip, then `ncu-ui full-matmul.ncu-rep` or *File → Open*. The **Details** page has
+# the sections the full set collected (GPU Speed Of Light, Compute and Memory Workload
+# Analysis, Occupancy, ...), with the rules' advice; **Source** shows SASS with
 # per-instruction metrics; **Raw** lists every metric. Without a GUI:
-# `ncu --import <report> --page details` prints the Details page (section 2b ran it), and
-# `--page raw --csv` prints every metric as CSV.
+# `ncu --import <report> --page details` prints the Details page, and `--page raw --csv`
+# prints every metric as CSV.
 
 # %%
 with nt.section("3. The evidence folder, zipped") as s:
     record = evidence.environment_record(ENV)
     evidence.write_json(record, EVIDENCE / "environment.json")
+    shutil.copy("evidence_kernels.py", EVIDENCE)  # the experiment itself
     lines = [f"Evidence folder written by notebook 10_keeping_the_evidence on {record['recorded_at_utc']}",
              f"GPU: {ENV.gpu_name or 'none'}; backend: {ENV.backend or 'none'}; ncu: {ENV.ncu_path or 'none'}", ""]
     if RAW is not None:
         lines += ["profiled_data-*.csv, processed_data-*.csv, plots/per_run_time.png (section 1):",
                   f"  {nt.rules(ENV.backend)}", ""]
     if FULL_REPORT is not None and FULL_REPORT.exists():
-        lines += [f"{FULL_REPORT.name} (section 2b), profiling full_matmul.py:", f"  {nt.rules('ncu-cli')}", ""]
+        lines += [f"{FULL_REPORT.name} (section 2b), profiling matmul({N_FULL}) of evidence_kernels.py:",
+                  f"  {nt.rules('ncu-cli')}", ""]
     lines += ["Open a .ncu-rep with the Nsight Compute GUI (ncu-ui <file>, or File > Open),",
               "or print it: ncu --import <file> --page details   (or --page raw --csv).",
               "environment.json: GPU, driver, device facts, backend, tool and package versions."]
@@ -379,13 +413,7 @@ with nt.section("3. The evidence folder, zipped") as s:
     table = evidence.listing(EVIDENCE)
     print(table.to_string(index=False))
     archive = evidence.zip_folder(EVIDENCE)
-    inside = set(zipfile.ZipFile(archive).namelist())
-    nt.claim(all(f"{EVIDENCE.name}/{f}" in inside for f in table["file"]), "the zip holds every file of the folder",
-             f"{len(table)} files")
-    kept = json.loads((EVIDENCE / "environment.json").read_text())
-    nt.claim(kept["gpu_name"] == ENV.gpu_name and kept["backend"] == ENV.backend,
-             "environment.json records this machine's GPU and backend")
-    print(f"\n  {archive}  ({archive.stat().st_size / 1024:,.0f} KiB)")
+    print(f"\n  {archive}: {len(zipfile.ZipFile(archive).namelist())} entries, {archive.stat().st_size / 1024:,.0f} KiB")
     if ENV.on_colab:
         from google.colab import files
         files.download(str(archive))
@@ -409,7 +437,7 @@ with nt.section("3. The evidence folder, zipped") as s:
 # | Count the bytes: fusion pays where memory traffic falls | 07 |
 # | Record the conditions with the measurement (clocks, temperature, headroom); warm up; check what thermal control did | 08 |
 # | Know which tool measured: CUPTI, Nsight Compute and CUDA events answer different questions | 09 |
-# | Keep the evidence: CSVs, the full report, the script, the environment, in one zip | 10 |
+# | Keep the evidence: CSVs, the full report, the profiled module, the environment, in one zip | 10 |
 #
 # And say, next to every table, whose rules produced it: `nt.rules(...)` printed one line
 # for that in every measured section of this series.
@@ -419,44 +447,26 @@ with nt.section("3. The evidence folder, zipped") as s:
 # `@nsight.analyze.plot`), and the
 # [Nsight Compute profiling guide](https://docs.nvidia.com/nsight-compute/ProfilingGuide/index.html)
 # for what each section and metric means.
-
-# %%
-HABITS = {
-    "01": "import nsight first; know your backend",
-    "02": "annotate exactly the work; inputs outside; one kernel per region",
-    "03": "enough runs; read the CI and the spread",
-    "04": "cache and clock control on purpose",
-    "05": "one call per size; only AvgValue is normalised",
-    "06": "compare with this GPU's roofs",
-    "07": "count the bytes",
-    "08": "record the conditions; check thermal control",
-    "09": "know which tool measured",
-    "10": "keep the evidence",
-}
-
-with nt.section("4. What to carry over") as s:
-    for number, habit in HABITS.items():
-        print(f"  [{number}] {habit}")
-    nt.claim(list(HABITS) == [f"{i:02d}" for i in range(1, 11)], "one habit for each of the ten notebooks")
-    s.result = f"{len(HABITS)} habits, one per notebook (checklist above; nothing measured here)"
-
-# %% [markdown]
+#
 # ## Takeaways
 #
 # - `output_prefix` + `output_csv=True` keep every run, not just the summary; put the prefix
 #   in a folder of its own per investigation.
 # - A CSV keeps values, not types: read it back knowing which columns change dtype.
 # - nsight-python's own report holds only the metrics you asked for. For the full picture,
-#   run `ncu --set full -o` on a small script -- any ncu can.
+#   run `ncu --set full -o` on the same module -- any ncu can. Check that a metric's name
+#   exists in the report before you read it, and pick the tensor-pipe metric of your GPU's
+#   instructions (GMMA on Hopper).
 # - `ncu_report.load_report` does not fail on an unreadable file: check that ranges came out,
 #   and that the reader is not older than the ncu that wrote the report.
-# - One folder, one zip: environment, data, report, script, plots.
+# - One folder, one zip: environment, data, report, module, plots.
 #
 # ## Try it
 #
 # - Add `info_collectors` from notebook 08 to `stream` and look for `collected_info.pkl` in
 #   the folder -- and at what happens to it when a second function writes to the same prefix.
-# - Change `FULL_SCRIPT` to profile your own kernel, and open the zip's report in `ncu-ui`.
+# - Add your own kernel to `evidence_kernels.py` (inside an `nsight.annotate`), point the
+#   command of section 2b at it, and open the zip's report in `ncu-ui`.
 #
 # Docs: [nsight-python](https://docs.nvidia.com/nsight-python/) (`output_prefix`, `output_csv`);
 # example [11_output_csv.py](https://github.com/NVIDIA/nsight-python/blob/main/examples/11_output_csv.py);
