@@ -67,6 +67,8 @@ def gpu_sections(nb: nbformat.NotebookNode) -> list[str]:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
+        if cell.source.startswith("%%writefile "):  # a kernels module: no sections in it
+            continue
         for node in ast.walk(ast.parse(cell.source)):
             if not isinstance(node, ast.With):
                 continue
