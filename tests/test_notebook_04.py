@@ -101,7 +101,7 @@ def test_the_analysis_on_the_kept_tables_reads_cache_clock_and_bandwidth(nb, cap
     plt.close("all")
     out = capsys.readouterr().out
     assert "flushed/warm" in cache and "slows matmul" in clock and "vs peak" in bandwidth
-    assert out.count("check:") == 4
+    assert out.count("check:") >= 4  # a fifth when a stream rate above the peak needs explaining
 
 
 def test_time_is_read_in_the_unit_the_table_states(nb):
@@ -134,7 +134,10 @@ def test_the_clock_claims_fail_when_the_clock_does_not_move_or_the_matmul_does_n
                       hz[("all", "none")] / hz[("all", "base")])
     with pytest.raises(sections.ClaimFailed, match="moves with clock_control"):
         nb.check_clock(nb.per_configuration(same), {1980000})
-    unfelt = scaled(tables, ("all", "base"), "fp16 matmul", "gpu__time_duration.sum", 0.8)
+    table = nb.per_configuration(tables)
+    slow_mm = nb.slowdown(table, "fp16 matmul", "all", "base")
+    slow_stream = nb.slowdown(table, "x * 2, 8x L2", "all", "base")
+    unfelt = scaled(tables, ("all", "base"), "fp16 matmul", "gpu__time_duration.sum", 0.9 * slow_stream / slow_mm)
     with pytest.raises(sections.ClaimFailed, match="feels the clock lock more"):
         nb.check_clock(nb.per_configuration(unfelt), {1980000})
 
@@ -147,6 +150,7 @@ def test_the_bandwidth_claims_fail_above_the_peak_unless_the_dram_counters_expla
     fast = table.copy()
     big = fast.kernel == "x * 2, 8x L2"
     fast.loc[big, "GB/s"] = 1.2 * PEAK_GBS
+    fast.loc[big, "DRAM wrote / 4n"] = 0.9
     nb.check_bandwidth(fast, PEAK_GBS, None)  # explained: the DRAM wrote less than the kernel did
     fast.loc[big, "DRAM wrote / 4n"] = 1.0
     with pytest.raises(sections.ClaimFailed, match="rate above the DRAM peak is explained"):

@@ -160,8 +160,8 @@ with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s
 # table, and everything below reads that one table. The matmul may be several cuBLAS
 # kernels: `combine_kernel_metrics=add` sums them, right for its time, meaningless for its
 # rates, so only the matmul's time is read. Three runs per profile: under replay each run
-# repeats the kernel under the same rules, and the table prints the spread so you can see
-# that it is small next to the effects compared.
+# repeats the kernel under the same rules; the table prints each time's spread (RSD) beside
+# it, to hold against the effects compared.
 #
 # What to look for:
 # - **cache**: the stream that fits in L2 is faster with warm caches; the 8× stream is not,
