@@ -177,9 +177,14 @@ def markdown(path: Path) -> str:
     return "\n".join(cell.source for cell in read(path).cells if cell.cell_type == "markdown")
 
 
+def python_source(cell: nbformat.NotebookNode) -> str:
+    """A code cell's Python: a ``%%writefile NAME.py`` cell's module without the magic line."""
+    return cell.source.split("\n", 1)[1] if cell.source.startswith("%%writefile ") else cell.source
+
+
 def trees(path: Path) -> list[ast.AST]:
     """Each code cell's syntax tree; a %%writefile cell is read as the Python module it writes."""
-    return [ast.parse(re.sub(r"\A%%writefile \S+\n", "", cell.source)) for cell in code_cells(read(path))]
+    return [ast.parse(python_source(cell)) for cell in code_cells(read(path))]
 
 
 def first_cell_with(cells: list[nbformat.NotebookNode], pattern: str) -> int | None:

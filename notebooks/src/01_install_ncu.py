@@ -169,6 +169,17 @@ with nt.section("3. Install a current ncu (Colab) or show the plan") as s:
 # carries per-architecture copies deeper down; the launcher is the shortest path.)
 
 # %%
+def where_ncu_came_from(dpkg_ncu: dict[str, str], packages: list[str], others: list[str]) -> str:
+    """Section 4's line: each package's ncu, then any ncu found that no package lists."""
+    found = ([f"{p}: {path}" for p, path in dpkg_ncu.items()] or [f"{p}: no ncu in its files" for p in packages]
+             or ["no nsight-compute-* package installed"])
+    if others:
+        found.append(f"{', '.join(others)} came another way (e.g. the CUDA toolkit)")
+    elif not dpkg_ncu:
+        found.append("no ncu on this machine")
+    return "; ".join(found)
+
+
 with nt.section("4. Find ncu with dpkg -L") as s:
     if shutil.which("dpkg-query") is None:
         raise nt.Skip("no dpkg here: this is not a Debian/Ubuntu system",
@@ -184,8 +195,8 @@ with nt.section("4. Find ncu with dpkg -L") as s:
         print(f"  | grep /ncu$  -> {launchers or 'no ncu in this package'}")
         if launchers:
             DPKG_NCU[package] = launchers[0]
-    s.result = ("; ".join(f"{p}: {path}" for p, path in DPKG_NCU.items())
-                or "no nsight-compute-* package installed: the ncu here came another way (e.g. the CUDA toolkit)")
+    listed = {os.path.realpath(path) for path in DPKG_NCU.values()}
+    s.result = where_ncu_came_from(DPKG_NCU, packages, [p for p, _ in find_ncus() if p not in listed])
 
 # %% [markdown]
 # ## 5. `PATH`: put the new `ncu` first
@@ -218,17 +229,27 @@ with nt.section("5. The new ncu first on PATH") as s:
 #
 # Without a new-enough ncu, nsight-python's experimental **CUPTI backend** still measures
 # kernel durations. It needs `pip install "nsight-python[cupti]"` (cupti-python), and
-# cupti-python needs **libcupti 13.4 or newer** -- newer than the libcupti PyTorch is
-# pinned to. Both are called `libcupti.so.13`, and the first one loaded into the process
-# wins. So before anything imports torch, load the new one *globally*:
-# `ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)`. When torch (and cupti-python) later ask
-# for `libcupti.so.13`, the loader hands them the one already there. (Without this, on
-# the project's test machine, activating CUPTI failed with `ERROR_INVALID_PARAMETER` from
-# `subscribe_v2`.)
+# cupti-python needs **libcupti 13.4 or newer**, which it asks for as `libcupti.so.13`.
+# PyTorch brings its own libcupti, named after the CUDA major version torch was built for
+# (`torch.version.cuda`):
 #
-# This step is needed only when Nsight Compute will not load (no ncu ≥ 2026.2.1 on
-# `PATH`), or when you force CUPTI with `NSPY_TUTORIAL_BACKEND=cupti`. The check reads
-# `/proc/self/maps`: which libcupti files this process has really mapped.
+# - a **CUDA 13** torch asks for `libcupti.so.13` too -- the same name, usually an older
+#   library. The first one loaded into the process wins. So before anything imports torch,
+#   load the new one *globally*: `ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)`; when torch
+#   and cupti-python later ask for `libcupti.so.13`, the loader hands them the one already
+#   there. (Without this, on the project's test machine, activating CUPTI failed with
+#   `ERROR_INVALID_PARAMETER` from `subscribe_v2`.)
+# - a **CUDA 12** torch asks for `libcupti.so.12`, another name: the load order no longer
+#   decides anything, and once torch is imported the process holds two CUPTI libraries --
+#   torch's own (for `torch.profiler`) and the new one, which the preload makes sure is the
+#   one cupti-python gets. Notebook 09 shows what `torch.profiler` sees beside nsight's
+#   CUPTI backend.
+#
+# The cell reads `torch.version.cuda` from torch's `version.py` -- without importing torch,
+# which would load torch's libcupti -- and says which case this machine is. The step is
+# needed only when Nsight Compute will not load (no ncu ≥ 2026.2.1 on `PATH`), or when you
+# force CUPTI with `NSPY_TUTORIAL_BACKEND=cupti`. The check reads `/proc/self/maps`: which
+# libcupti files this process has really mapped.
 
 # %%
 def mapped_libcupti() -> list[str]:
@@ -236,8 +257,32 @@ def mapped_libcupti() -> list[str]:
         return sorted({os.path.realpath(line.split()[-1]) for line in maps if "libcupti" in line})
 
 
+def torch_cuda_version() -> str | None:
+    """`torch.version.cuda` of the installed torch, read from torch/version.py without importing torch."""
+    torch_spec = importlib.util.find_spec("torch")  # finds the package, imports nothing
+    if torch_spec is None:
+        return None
+    version_spec = importlib.util.spec_from_file_location(
+        "torch_version_only", os.path.join(os.path.dirname(torch_spec.origin), "version.py"))
+    version = importlib.util.module_from_spec(version_spec)
+    version_spec.loader.exec_module(version)
+    return version.cuda
+
+
+def torch_libcupti(cuda: str | None) -> str:
+    """Which libcupti this torch loads, from its torch.version.cuda, and what that means for the preload."""
+    major = cuda.split(".")[0] if cuda else None
+    if major is None:
+        return "this torch loads no libcupti (no CUDA build, or no torch)"
+    if major == "13":
+        return "torch asks for libcupti.so.13 too: the one loaded first serves both"
+    return f"torch loads libcupti.so.{major}, another name: the preloaded libcupti.so.13 is cupti-python's alone"
+
+
 with nt.section("6. Preload libcupti 13.4+ for the CUPTI backend") as s:
     ENV.require("gpu")
+    torch_cuda = torch_cuda_version()
+    print(f"torch.version.cuda -> {torch_cuda!r}: {torch_libcupti(torch_cuda)}")
     which = shutil.which("ncu")
     ncu_ready = which is not None and (backend.ncu_version(which) or ()) >= MIN_NCU
     NEED_CUPTI = FORCE_CUPTI or not ncu_ready
@@ -307,28 +352,72 @@ ENV = nt.setup.finish()
 # %% [markdown]
 # ## 8. `NSPY_NCU_INIT_AT_IMPORT=0`, in fresh processes
 #
-# Two child Pythons run the same two lines, `import nsight` and a look at what it did:
-# one with the default, one with `NSPY_NCU_INIT_AT_IMPORT=0`. (The children get this
-# process's `PATH`, without the profiler variables nsight set here.)
+# Sections 8 and 9 each start a fresh Python, because what they show happens only once, at
+# a process's start. The next cell writes both programs to one file with `%%writefile`:
+# `import_nsight` imports nsight and prints which tool it loaded and the type of any load
+# error; `cuda_before_setup` (section 9) starts CUDA and only then calls the tutorial's setup.
+#
+# Here two children run `import_nsight`: one with the default, one with
+# `NSPY_NCU_INIT_AT_IMPORT=0`. (They get this process's `PATH`, without the profiler
+# variables nsight set here.) By default the import either loads Nsight Compute or keeps
+# the error; with `=0` it must do neither -- and a child that crashed shows neither, so the
+# check wants the child's own printed line.
+
+# %% writefile import_order.py
+"""Two programs for a fresh process (notebook 01): what `import nsight` does at start-up
+(section 8), and the tutorial's setup called after CUDA has started (section 9)."""
+import sys
+
+
+def import_nsight() -> None:
+    """Import nsight; print the tool it loaded and the type of the error it kept (None: none)."""
+    import nsight
+    from nsight.collection import ncu
+
+    tool, error = nsight.get_active_tool(), ncu.injection_load_error
+    print(tool.name if tool else None, type(error).__name__ if error else None)
+
+
+def cuda_before_setup() -> None:
+    """Start CUDA first, then call the setup -- which must refuse."""
+    import torch
+
+    torch.cuda.init()  # CUDA starts first ...
+    import nspy_tutorial as nt
+
+    nt.setup("wrong_order")  # ... so this must refuse
+
+
+PROGRAMS = {"import-nsight": import_nsight, "cuda-before-setup": cuda_before_setup}
+
+if __name__ == "__main__":  # python import_order.py import-nsight | cuda-before-setup
+    PROGRAMS[sys.argv[1]]()
 
 # %%
-PROBE = ("import nsight; from nsight.collection import ncu; e = ncu.injection_load_error; "
-         "print(nsight.get_active_tool(), type(e).__name__ if e else None)")
+import import_order  # the file the cell above wrote; importing it runs neither program
+
+
+def tool_and_error(child: subprocess.CompletedProcess) -> str | None:
+    """The child's last line, "<tool> <error type>"; None if it failed or printed something else."""
+    words = (child.stdout.strip().splitlines() or [""])[-1].split()
+    return " ".join(words) if child.returncode == 0 and len(words) == 2 else None
+
 
 with nt.section("8. NSPY_NCU_INIT_AT_IMPORT=0 in a child process") as s:
     seen = {}
     for value in ("1", "0"):
         child_env = {**ncu_cli.child_environment(), "NSPY_NCU_INIT_AT_IMPORT": value}
-        cmd = [sys.executable, "-c", PROBE]
+        cmd = [sys.executable, import_order.__file__, "import-nsight"]
         print(f"$ NSPY_NCU_INIT_AT_IMPORT={value} {shlex.join(cmd)}")
         child = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=300)
-        seen[value] = child.stdout.strip()
-        print(f"  active tool, load error -> {seen[value] or child.stderr.strip().splitlines()[-1:]}")
+        seen[value] = tool_and_error(child)
+        print(f"  exit {child.returncode}; tool, load error -> {seen[value] or child.stderr.strip().splitlines()[-1:]}")
     nt.claim(seen["0"] == "None None", "with NSPY_NCU_INIT_AT_IMPORT=0, import nsight loads no tool and tries nothing",
-             seen["0"])
-    nt.claim(seen["1"] != "None None", "by default, import nsight tries Nsight Compute (it loads, or the error is kept)",
-             seen["1"])
-    s.result = f"active tool and load error: default {seen['1']!r}, with =0 {seen['0']!r}"
+             str(seen["0"]))
+    kept_error = seen["1"] is not None and seen["1"].startswith("None ") and seen["1"] != "None None"
+    nt.claim(seen["1"] == "NCU None" or kept_error,
+             "by default, import nsight tries Nsight Compute: it loads it, or keeps the error", str(seen["1"]))
+    s.result = f"tool and load error: default {seen['1']}, with =0 {seen['0']}"
 
 # %% [markdown]
 # ## 9. Why `import nsight` must come first
@@ -338,19 +427,14 @@ with nt.section("8. NSPY_NCU_INIT_AT_IMPORT=0 in a child process") as s:
 # is too late (nsight's docs: profiling then fails, commonly with
 # `NV_INJ_ERROR_NOT_INITIALIZED`), and the only remedy is a fresh process. The
 # tutorial's `nt.setup` therefore refuses outright when CUDA is already initialised. A
-# child process that initialises CUDA first and calls `setup` second shows it.
+# child process running `cuda_before_setup` from the file above -- CUDA first, `setup`
+# second -- shows it.
 
 # %%
-WRONG_ORDER = textwrap.dedent('''
-    import torch
-    torch.cuda.init()          # CUDA starts first ...
-    import nspy_tutorial as nt
-    nt.setup("wrong_order")    # ... so this must refuse
-''')
-
 with nt.section("9. The import order, demonstrated") as s:
     ENV.require("gpu")
-    child = run([sys.executable, "-c", WRONG_ORDER], env=ncu_cli.child_environment(), timeout=300)
+    child = run([sys.executable, import_order.__file__, "cuda-before-setup"], env=ncu_cli.child_environment(),
+                timeout=300)
     last = (child.stderr.strip().splitlines() or [""])[-1]
     print(f"  exit code {child.returncode}; last line:\n  {last}")
     nt.claim(child.returncode != 0 and "CudaAlreadyInitialised" in last,

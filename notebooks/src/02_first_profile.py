@@ -184,13 +184,13 @@ with nt.section("3. One run, the unit, and the rated clock") as s:
 
     rows = [profile_matmul_quietly(configs=[n]).to_dataframe() for n in (256, 1024, N)]  # one call per size
     clocks = pd.concat(rows).ComputeClock
-    rated_khz = Device(0).properties.clock_rate
+    rated_khz = Device(torch.cuda.current_device()).properties.clock_rate  # the GPU the matmuls ran on
     nt.claim(clocks.nunique() == 1 and int(clocks.iloc[0]) == int(rated_khz),
              "ComputeClock is the device's clock-rate attribute, identical in every row",
              f"{sorted(set(clocks))} kHz vs attribute {rated_khz} kHz")
 
     pynvml.nvmlInit()
-    gpu = pynvml.nvmlDeviceGetHandleByIndex(0)
+    gpu = nt.nvml_handle()  # NVML's handle of the GPU CUDA runs on (NVML's own numbering ignores CUDA_VISIBLE_DEVICES)
     time.sleep(2.0)  # nothing queued: let the GPU idle
     idle_mhz = pynvml.nvmlDeviceGetClockInfo(gpu, pynvml.NVML_CLOCK_SM)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)

@@ -2,43 +2,47 @@
 # # 04 · Cache and clock control: two defaults that change the answer
 #
 # **What you will learn**
-# - what `cache_control` ("all" = flush caches before every replay, "none" = keep them)
+# - what `cache_control` ("all" = flush caches before every replay pass, "none" = keep them)
 #   and `clock_control` ("base" = lock clocks to base, "none" = let the GPU boost) do to
-#   the *same* kernel;
+#   the *same* kernels;
 # - that nsight-python's defaults (`cache_control="all"`, `clock_control="none"`) are not
 #   the plain `ncu` defaults (`--cache-control all --clock-control base`);
 # - how to measure the clock a kernel really ran at
 #   (`gpc__cycles_elapsed.avg.per_second`) -- `ComputeClock` is only the rating;
-# - what to do when nsight-python's Nsight Compute backend is not available: run the
-#   `ncu` command line on a script, and flush the L2 by hand under CUPTI;
+# - how the same measurement runs without nsight-python's Nsight Compute backend (the `ncu`
+#   command line on the same kernels file, read back into nsight-python's own table), and
+#   how to flush the L2 by hand under CUPTI;
 # - which ceiling to set a memory stream against: the datasheet's rounded bandwidth or
 #   the device's own (memory clock × bus width), and what the DRAM counters add.
 #
 # The experiment streams through a vector (`y = x * 2`) at two sizes chosen from **your
-# GPU's L2 size**: one that fits in L2 (a quarter of it) and one far above (8×).
+# GPU's L2 size**: one that fits in L2 (a quarter of it) and one far above (8×); an fp16
+# matmul is the compute-bound contrast.
 #
 # | section | needs |
 # |---|---|
-# | 1. the 2×2 with nsight-python | the Nsight Compute backend (ncu ≥ 2026.2.1) |
-# | 2. the 2×2 with the `ncu` command line | any `ncu` (older ones too) |
-# | 3. warm vs cold L2 by hand | any backend (CUPTI too) |
+# | 0. the defaults, read from the tools | nothing (an `ncu` for its half) |
+# | 1. cache and clock control, measured | the Nsight Compute backend, or any `ncu` (command line) |
+# | 2. warm vs cold L2 by hand | any backend (CUPTI too) |
 
 # %%
 {{SETUP}}
 
 # %%
-import textwrap
+import inspect
+import re
+import subprocess
 
 import matplotlib.pyplot as plt
 import nsight
 import pandas as pd
-import torch
 
 from nspy_tutorial import ncu_cli
 
 SILENT = nsight.VerbosityLevel.SILENT  # every profile here is silent; notebook 02 shows nsight's output
 TIME, SM_HZ = "gpu__time_duration.sum", "gpc__cycles_elapsed.avg.per_second"
 DRAM_RATE, DRAM_WRITE = "dram__bytes.sum.per_second", "dram__bytes_write.sum"  # what the DRAM really moved
+SMALL = LARGE = None
 if ENV.facts:
     L2 = ENV.facts.l2_bytes
     SMALL, LARGE = L2 // 4 // 4, 8 * L2 // 4  # float32 elements: L2/4 and 8 x L2 bytes
@@ -54,68 +58,57 @@ def dram_peak_gbs(facts) -> float | None:
 
 
 PEAK_GBS = dram_peak_gbs(ENV.facts)
-def in_base_units(value: float, unit: str) -> float:
-    """Nsight Compute prints each metric in a scaled unit (usecond, Mbyte, Gbyte/s,
-    cycle/nsecond): nanoseconds for a duration, otherwise SI (bytes, per second)."""
-    si = ncu_cli.to_base_units(value, unit)
-    is_duration = "/" not in unit and unit.lower().endswith(("second", "s")) and not unit.lower().endswith("hz")
-    return si * 1e9 if is_duration else si
+SHEET_GBS = ENV.datasheet.mem_bandwidth_gbs.value if ENV.datasheet else None
+
+# %% [markdown]
+# The kernels, written once. `%%writefile` puts them in `cache_kernels.py` (in this
+# notebook's work folder); the notebook imports that file, and the `ncu` command line runs
+# the same file. `stream_and_matmul` opens three annotations in one call -- the stream at
+# both sizes, then the matmul -- so one profile (one `ncu` process) measures all three.
+# Each input is written just before its annotation: what of it fits in L2 is still there
+# when the kernel starts, unless the tool flushes the caches.
+
+# %% writefile cache_kernels.py
+"""Notebook 04's kernels: the stream y = x * 2 at two sizes, an fp16 matmul, an L2 flush by hand."""
+import nsight
+import torch
+
+MATMUL_N = 4096  # an fp16 4096-cube matmul: compute-bound on every GPU the tutorial targets
 
 
-def row(cache: str, clock: str, size: str, n: int, t_ns: float, hz: float, dram_bps: float, dram_written: float) -> dict:
-    """One line of a 2x2 table: the stream moves 4n bytes in and 4n out."""
-    return {"cache_control": cache, "clock_control": clock, "size": size, "time_us": t_ns / 1e3,
-            "GB/s": 2 * 4 * n / t_ns, "DRAM GB/s": dram_bps / 1e9,
-            "DRAM wrote / 4n": dram_written / (4 * n), "SM_MHz": hz / 1e6}
+def stream_and_matmul(small: int, large: int) -> None:
+    """Section 1: three annotations in one call, so that one profile measures all three."""
+    for name, n in (("x * 2, fits in L2", small), ("x * 2, 8x L2", large)):
+        x = torch.randn(n, device="cuda")  # just written: what of it fits in L2 is still there
+        with nsight.annotate(name):
+            _ = x * 2.0
+    a = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.float16)
+    with nsight.annotate("fp16 matmul"):
+        _ = a @ a
 
 
-def check_bandwidth(table: pd.DataFrame) -> str:
-    """The 8x-L2 stream against the datasheet and the device's clock-derived DRAM peak."""
-    big = table[table["size"] == "8x L2"]
-    fastest = big.loc[big["GB/s"].idxmax()]
-    sheet = ENV.datasheet.mem_bandwidth_gbs.value if ENV.datasheet else None
-    share = fastest["DRAM wrote / 4n"]
-    print(f"  8x L2 stream, fastest configuration ({fastest.cache_control}/{fastest.clock_control}): "
-          f"{fastest['GB/s']:,.0f} GB/s by the bytes the kernel moves, {fastest['DRAM GB/s']:,.0f} GB/s by the bytes "
-          f"the DRAM moved; the DRAM wrote {share:.3f} of what the kernel wrote"
-          + (" (the rest was still in L2 when the kernel ended)" if share < 1 else ""))
-    if PEAK_GBS is None:
-        print("  (NVML did not report the memory clock and bus width: no clock-derived peak)")
-        return f"8x L2 stream up to {fastest['GB/s']:,.0f} GB/s"
-    f = ENV.facts
-    print(f"  DRAM peak from the device's own numbers: 2 x {f.max_mem_clock_mhz} MHz x {f.memory_bus_width_bits} bit / 8 "
-          f"= {PEAK_GBS:,.0f} GB/s; datasheet: " + (f"{sheet:,.0f} GB/s" if sheet else "unknown"))
-    if sheet and fastest["GB/s"] > sheet:
-        print(f"  -> above the datasheet's {sheet:,.0f} GB/s, which is {100 * sheet / PEAK_GBS:.1f}% of the clock-derived "
-              "peak: the datasheet figure is rounded down")
-    nt.claim((big["DRAM GB/s"] <= PEAK_GBS).all(), "the DRAM never moved more bytes per second than its clock and bus width allow",
-             f"max {big['DRAM GB/s'].max():,.0f} vs {PEAK_GBS:,.0f} GB/s")
-    above = big[big["GB/s"] > PEAK_GBS]
-    if len(above):  # a rate above the peak is a finding: it must be explained by the data, or this fails
-        nt.claim((above["DRAM wrote / 4n"] < 1).all(), "a stream rate above the DRAM peak is explained: part of its "
-                 "output never reached DRAM during the kernel", above[["GB/s", "DRAM wrote / 4n"]].to_string())
-    return (f"8x L2 stream {fastest['GB/s']:,.0f} GB/s ({fastest['DRAM GB/s']:,.0f} by DRAM counters) vs peak "
-            f"{PEAK_GBS:,.0f} from clocks, " + (f"{sheet:,.0f} on the datasheet" if sheet else "datasheet unknown"))
+def evict_l2() -> None:
+    """Write a scratch buffer twice the L2's size: whatever was in L2 is pushed out."""
+    l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    torch.empty(2 * l2_bytes // 4, device="cuda").fill_(1.0)
 
 
-def summarise(table: pd.DataFrame) -> dict:
-    """Speed-up of warm over cold L2 per size, and the measured clock range."""
-    t = table.groupby(["size", "cache_control"]).time_us.mean().unstack()
-    return {"speedup": (t["all"] / t["none"]).to_dict(),
-            "mhz": (table.SM_MHz.min(), table.SM_MHz.max())}
+def stream_after(n: int, flush: bool) -> None:
+    """Section 2: the stream with its input warm (just written) or evicted by hand."""
+    x = torch.randn(n, device="cuda")
+    if flush:
+        evict_l2()  # not measured: it is outside the annotation
+    with nsight.annotate("x * 2"):
+        _ = x * 2.0
 
 
-def check_claims(table: pd.DataFrame, rated_khz) -> dict:
-    """The two claims of this notebook, asserted on one 2x2 table."""
-    found = summarise(table)
-    lo, hi = found["mhz"]
-    nt.claim(len(set(rated_khz)) == 1, "the ComputeClock column is the same in every configuration",
-             f"{sorted(set(rated_khz))} kHz")
-    nt.claim(hi - lo > 0.01 * hi, "the measured SM clock moves between configurations", f"{lo:.0f}-{hi:.0f} MHz")
-    s_small, s_large = found["speedup"]["fits in L2"], found["speedup"]["8x L2"]
-    nt.claim(s_small > 1.1 and s_large < 1.1, "a warm L2 beats a flushed one only for the size that fits in L2",
-             f"cold/warm time: {s_small:.2f}x (fits), {s_large:.2f}x (8x L2)")
-    return found
+if __name__ == "__main__":  # what the ncu command line runs (the printed command shows it)
+    from nspy_tutorial import ncu_cli
+
+    ncu_cli.replay(globals())
+
+# %%
+import cache_kernels as ck
 
 # %% [markdown]
 # ## 0. The defaults, read from the tools themselves
@@ -125,10 +118,6 @@ def check_claims(table: pd.DataFrame, rated_khz) -> dict:
 # `ncu --help`. And the CUPTI collector does not even accept the two options.
 
 # %%
-import inspect
-import re
-import subprocess
-
 with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s:
     params = inspect.signature(nsight.analyze.kernel).parameters
     nsp = {k: params[k].default for k in ("cache_control", "clock_control")}
@@ -153,186 +142,188 @@ with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s
     s.result = line
 
 # %% [markdown]
-# ## 1. The 2×2 with nsight-python (Nsight Compute backend)
+# ## 1. Cache and clock control, one change at a time
 #
-# One benchmark function, profiled under each of the four combinations. Besides the
-# duration we collect `gpc__cycles_elapsed.avg.per_second`: GPU cycles elapsed divided by
-# the kernel's duration, i.e. **the clock the kernel actually ran at**; and
+# Three profiles of the same call: nsight-python's defaults, then the caches kept warm
+# (`cache_control="none"`), then the clocks locked to base (`clock_control="base"`, the `ncu`
+# command line's default). Each differs from the first in one setting only. Besides the
+# duration we collect `gpc__cycles_elapsed.avg.per_second` -- GPU cycles elapsed divided by
+# the kernel's duration, i.e. **the clock the kernel actually ran at** -- and
 # `dram__bytes.sum.per_second` and `dram__bytes_write.sum`: the rate at which the DRAM
-# really moved bytes (measured within one replay pass), and how much it wrote.
+# really moved bytes, and how much it wrote.
 #
-# The stream reads 4n bytes and writes 4n. Dividing those 8n bytes by the time gives the
-# usual "GB/s", and for the 8×L2 size it can be compared with the memory's peak -- but
-# which peak? The datasheet gives a rounded figure; the device's own is
-# **2 transfers per memory clock × bus width**, both reported by NVML
-# (`ENV.facts.max_mem_clock_mhz`, `ENV.facts.memory_bus_width_bits`). And at the end of
-# the kernel the last writes may still sit in L2 (write-back), so the DRAM counters can
-# show fewer bytes written than the kernel wrote. The cell prints all three and checks
-# that the DRAM never moved more than the clock-derived peak allows; a stream rate above
-# that peak would have to be explained by those counters, or the check fails.
+# One cell decides who measures. With nsight-python's Nsight Compute backend (Colab after
+# notebook 01) the decorator runs the function in this process. With an older `ncu` that
+# backend cannot load, so `ncu_cli.nsight_table` runs `cache_kernels.py` under the `ncu`
+# command line with the same settings (the command is printed) and reads the report back
+# with nsight-python's own code: either way the result is nsight-python's `to_dataframe()`
+# table, and everything below reads that one table. The matmul may be several cuBLAS
+# kernels: `combine_kernel_metrics=add` sums them, right for its time, meaningless for its
+# rates, so only the matmul's time is read. Three runs per profile: under replay each run
+# repeats the kernel under the same rules; the table prints each time's spread (RSD) beside
+# it, to hold against the effects compared.
+#
+# What to look for:
+# - **cache**: the stream that fits in L2 is faster with warm caches; the 8× stream is not,
+#   since most of its input is in DRAM either way;
+# - **clock**: the measured SM clock moves with `clock_control` while `ComputeClock` stays
+#   the rating; the compute-bound matmul slows down more than the memory-bound stream;
+# - **bandwidth**: the 8× stream's rate, computed from the 8n bytes it reads and writes,
+#   against the datasheet and against the device's own peak, **2 transfers per memory clock ×
+#   bus width** (both reported by NVML). At the end of the kernel the last writes may still
+#   sit in L2 (write-back), so the DRAM counters can show fewer bytes written than the
+#   kernel wrote; a rate above the clock-derived peak must be explained by them, or the
+#   check fails.
 
 # %%
-def scale(n: int) -> None:
-    x = torch.randn(n, device="cuda")
-    with nsight.annotate("x * 2"):
-        _ = x * 2.0
+def add(a: float, b: float) -> float:
+    """combine_kernel_metrics: the kernels of one run, summed (right for time)."""
+    return a + b
 
 
-def profile_scale(cache: str, clock: str):
-    return nsight.analyze.kernel(runs=10, cache_control=cache, clock_control=clock, thermal_mode="off",
-                                 verbosity=SILENT, metrics=[TIME, SM_HZ, DRAM_RATE, DRAM_WRITE])(scale)
+STREAMS = {"x * 2, fits in L2": "small", "x * 2, 8x L2": "large"}  # annotation -> the argument sizing it
+MATMUL = "fp16 matmul"
 
 
-with nt.section("1. cache_control x clock_control with nsight-python") as s:
-    ENV.require("ncu")
-    rows, rated = [], []
-    for cache in ("all", "none"):
-        for clock in ("none", "base"):
-            print(f"  {cache}/{clock}: {nt.rules('ncu', cache_control=cache, clock_control=clock)}")
-            df = profile_scale(cache, clock)(configs=[SMALL, LARGE]).to_dataframe()
-            rated += list(df.ComputeClock)
-            df["value"] = [in_base_units(v, u) for v, u in zip(df.AvgValue, df.Unit)]
-            m = df.pivot_table(index="n", columns="Metric", values="value")
-            for n, size in ((SMALL, "fits in L2"), (LARGE, "8x L2")):
-                rows.append(row(cache, clock, size, n, *m.loc[n, [TIME, SM_HZ, DRAM_RATE, DRAM_WRITE]]))
-    NSIGHT_TABLE = pd.DataFrame(rows)
-    print(NSIGHT_TABLE.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
-    found = check_claims(NSIGHT_TABLE, rated)
-    bandwidth = check_bandwidth(NSIGHT_TABLE)
-    s.result = (f"warm L2 {found['speedup']['fits in L2']:.2f}x faster (fits), {found['speedup']['8x L2']:.2f}x (8x L2); "
-                f"SM clock {found['mhz'][0]:.0f}-{found['mhz'][1]:.0f} MHz; {bandwidth}")
+def per_configuration(tables: dict) -> pd.DataFrame:
+    """One row per (cache_control, clock_control) and annotation, from nsight-python's tables:
+    time; for the streams, GB/s by the 8n bytes the kernel moves, what the DRAM moved, the SM clock."""
+    rows = []
+    for (cache, clock), table in tables.items():
+        value = [ncu_cli.to_base_units(v, u) for v, u in zip(table.AvgValue, table.Unit)]  # s, byte, byte/s, Hz
+        m = table.assign(value=value).pivot_table(index="Annotation", columns="Metric", values="value")
+        for annotation, r in m.iterrows():
+            rsd = table[(table.Annotation == annotation) & (table.Metric == TIME)].RelativeStdDevPct.iloc[0]
+            row = {"cache_control": cache, "clock_control": clock, "kernel": annotation, "time_us": r[TIME] * 1e6,
+                   "time RSD %": rsd}
+            if annotation in STREAMS:
+                n = int(table.loc[table.Annotation == annotation, STREAMS[annotation]].iloc[0])
+                row.update({"GB/s": 8 * n / r[TIME] / 1e9, "DRAM GB/s": r[DRAM_RATE] / 1e9,
+                            "DRAM wrote / 4n": r[DRAM_WRITE] / (4 * n), "SM MHz": r[SM_HZ] / 1e6})
+            rows.append(row)
+    return pd.DataFrame(rows)
 
-# %% [markdown]
-# ## 2. The same 2×2 with the `ncu` command line
-#
-# If nsight-python's Nsight Compute backend could not load (an ncu older than 2026.2.1
-# that you cannot upgrade), the `ncu` command line still profiles a **separate** Python
-# process in launch mode. We write the kernel into a small script, mark the regions
-# with NVTX ranges, and let `ncu --nvtx --nvtx-include small/ --nvtx-include large/`
-# profile only those -- the same filtering `nsight.annotate` does for you.
-#
-# `nspy_tutorial.ncu_cli` strips the profiler-injection variables nsight-python set in
-# this process before starting the child, so the child is profiled by its own ncu only.
-# The cell prints the exact command once. Its rules differ from nsight-python's in one
-# default: `--clock-control base` locks the clocks unless told otherwise.
 
-# %%
-SCRIPT = textwrap.dedent('''
-    import sys, torch
-    small, large, reps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    for name, n in (("small", small), ("large", large)):
-        x = torch.randn(n, device="cuda")
-        for _ in range(reps):
-            torch.cuda.nvtx.range_push(name)
-            y = x * 2.0
-            torch.cuda.nvtx.range_pop()
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)  # a compute-bound contrast
-    for _ in range(reps):
-        torch.cuda.nvtx.range_push("matmul")
-        c = a @ a
-        torch.cuda.nvtx.range_pop()
-    torch.cuda.synchronize()
-''')
-REPS = 5
+def slowdown(table: pd.DataFrame, kernel: str, cache: str, clock: str) -> float:
+    """Time under (cache, clock) over time under nsight-python's defaults (all, none)."""
+    t = table[table.kernel == kernel].set_index(["cache_control", "clock_control"]).time_us
+    return t[(cache, clock)] / t[("all", "none")]
 
-with nt.section("2. cache_control x clock_control with the ncu command line") as s:
-    ENV.require("ncu-cli")
-    script = ncu_cli.write_script(SCRIPT, "scale.py")
-    print(f"  {ENV.ncu_path} (version {'.'.join(map(str, ENV.ncu_version))}); the exact command, for the first combination:")
-    rows, rated, MATMUL_US = [], [], {}
-    for cache in ("all", "none"):
-        for clock in ("none", "base"):
-            raw = ncu_cli.profile_script(ENV.ncu_path, script, [str(SMALL), str(LARGE), str(REPS)],
-                                         [TIME, SM_HZ, DRAM_RATE, DRAM_WRITE, "device__attribute_clock_rate"],
-                                         ["small", "large", "matmul"], cache_control=cache, clock_control=clock,
-                                         show_command=not rows)
-            print(f"  {cache}/{clock}: {nt.rules('ncu-cli', cache_control=cache, clock_control=clock)}")
-            rated += list(raw[raw["Metric Name"] == "device__attribute_clock_rate"]["Metric Value"])
-            raw = raw[raw["Metric Name"] != "device__attribute_clock_rate"]
-            raw = raw.assign(value=[in_base_units(v, u) for v, u in zip(raw["Metric Value"], raw["Metric Unit"])])
-            wide = raw.pivot_table(index="ID", columns="Metric Name", values="value")
-            nt.claim(len(wide) >= 3 * REPS and (len(wide) - 2 * REPS) % REPS == 0,
-                     "ncu profiled only the kernels inside the three NVTX ranges", f"{len(wide)} launches")
-            MATMUL_US[(cache, clock)] = wide.iloc[2 * REPS:][TIME].sum() / REPS / 1e3
-            for size, part, n in (("fits in L2", wide.iloc[:REPS], SMALL), ("8x L2", wide.iloc[REPS:2 * REPS], LARGE)):
-                rows.append(row(cache, clock, size, n, *part[[TIME, SM_HZ, DRAM_RATE, DRAM_WRITE]].mean()))
-    CLI_TABLE = pd.DataFrame(rows)
-    print(CLI_TABLE.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
-    found = check_claims(CLI_TABLE, rated)
-    bandwidth = check_bandwidth(CLI_TABLE)
-    base = CLI_TABLE[CLI_TABLE.clock_control == "base"].SM_MHz.mean()
-    boost = CLI_TABLE[CLI_TABLE.clock_control == "none"].SM_MHz.mean()
-    stream = CLI_TABLE[CLI_TABLE["size"] == "8x L2"].groupby("clock_control").time_us.mean()
-    slow_stream = stream["base"] / stream["none"]
-    slow_mm = MATMUL_US[("all", "base")] / MATMUL_US[("all", "none")]
-    print(f"  locking the clock ({boost:.0f} -> {base:.0f} MHz, {boost / base:.2f}x) slows the 8x-L2 stream "
-          f"{slow_stream:.2f}x and the fp16 matmul ({MATMUL_US[('all', 'none')]:.0f} us) {slow_mm:.2f}x")
+
+def check_cache(table: pd.DataFrame) -> str:
+    """Flushed over warm time, per stream size."""
+    small, large = (1 / slowdown(table, kernel, "none", "none") for kernel in STREAMS)  # (all, none) / (none, none)
+    nt.claim(small > 1.1 and large < 1.1, "a warm L2 beats a flushed one only for the size that fits in L2",
+             f"flushed/warm time: {small:.2f}x (fits), {large:.2f}x (8x L2)")
+    return f"flushed/warm {small:.2f}x (fits in L2), {large:.2f}x (8x L2)"
+
+
+def check_clock(table: pd.DataFrame, rated_khz: set) -> str:
+    """The measured SM clock against the rating, and who feels the lock."""
+    stream = table[table.kernel.isin(list(STREAMS))]
+    free, locked = (stream[stream.clock_control == c]["SM MHz"].mean() for c in ("none", "base"))
+    print(f"  ComputeClock in every row: {sorted(k // 1000 for k in rated_khz)} MHz (the rating); measured SM clock: "
+          f"{free:,.0f} MHz free, {locked:,.0f} MHz locked to base")
+    nt.claim(abs(free - locked) > 0.01 * free, "the SM clock the kernels ran at moves with clock_control",
+             f"{free:,.0f} vs {locked:,.0f} MHz")
+    slow_mm, slow_stream = slowdown(table, MATMUL, "all", "base"), slowdown(table, "x * 2, 8x L2", "all", "base")
+    print(f"  locked/free time: fp16 matmul {slow_mm:.2f}x, 8x-L2 stream {slow_stream:.2f}x "
+          f"(clock ratio {free / locked:.2f}x)")
     nt.claim(slow_mm > slow_stream, "the compute-bound matmul feels the clock lock more than the memory-bound stream",
              f"{slow_mm:.2f}x vs {slow_stream:.2f}x")
-    s.result = (f"ncu CLI: warm L2 {found['speedup']['fits in L2']:.2f}x faster (fits), "
-                f"{found['speedup']['8x L2']:.2f}x (8x L2); clock {boost:.0f}->{base:.0f} MHz slows matmul "
-                f"{slow_mm:.2f}x, stream {slow_stream:.2f}x; {bandwidth}")
+    return f"clock {free:,.0f}->{locked:,.0f} MHz slows matmul {slow_mm:.2f}x, stream {slow_stream:.2f}x"
 
-# %% [markdown]
-# The script also runs an fp16 matmul in a third range, as a contrast: a memory-bound
-# stream mostly waits on DRAM, so it feels the SM clock less than a compute-bound matmul,
-# which slows down by up to the clock ratio. (Whether "base" also lowers the memory clock
-# depends on the GPU.) Which of the two your kernel is decides how much `clock_control`
-# matters for it -- notebook 06 measures that boundary.
-#
-# Plotting whichever table we have shows the cache effect: it matters only when the
-# data fits in L2.
+
+def check_bandwidth(table: pd.DataFrame, peak_gbs: float | None, sheet_gbs: float | None) -> str:
+    """The 8x-L2 stream against the datasheet and the device's clock-derived DRAM peak."""
+    big = table[table.kernel == "x * 2, 8x L2"]
+    fastest = big.loc[big["GB/s"].idxmax()]
+    share = fastest["DRAM wrote / 4n"]
+    print(f"  8x L2 stream, fastest ({fastest.cache_control}/{fastest.clock_control}): {fastest['GB/s']:,.0f} GB/s by "
+          f"the bytes the kernel moves, {fastest['DRAM GB/s']:,.0f} GB/s by the bytes the DRAM moved; the DRAM wrote "
+          f"{share:.3f} of what the kernel wrote" + (" (the rest was still in L2 when it ended)" if share < 1 else ""))
+    sheet = f"{sheet_gbs:,.0f} GB/s on the datasheet" if sheet_gbs else "datasheet unknown"
+    if peak_gbs is None:
+        print("  (NVML did not report the memory clock and bus width: no clock-derived peak)")
+        return f"8x L2 stream up to {fastest['GB/s']:,.0f} GB/s; {sheet}"
+    print(f"  DRAM peak from the device's memory clock and bus width: {peak_gbs:,.0f} GB/s; {sheet}")
+    if sheet_gbs and fastest["GB/s"] > sheet_gbs:
+        print(f"  -> above the datasheet's figure, which is {100 * sheet_gbs / peak_gbs:.1f}% of the clock-derived "
+              "peak: the datasheet rounds down")
+    nt.claim((big["DRAM GB/s"] <= peak_gbs).all(), "the DRAM never moved more bytes per second than its clock and "
+             "bus width allow", f"max {big['DRAM GB/s'].max():,.0f} vs {peak_gbs:,.0f} GB/s")
+    above = big[big["GB/s"] > peak_gbs]
+    if len(above):  # a rate above the peak is a finding: the data must explain it, or this fails
+        nt.claim((above["DRAM wrote / 4n"] < 1).all(), "a stream rate above the DRAM peak is explained: part of its "
+                 "output never reached DRAM during the kernel", above[["GB/s", "DRAM wrote / 4n"]].to_string())
+    return f"8x L2 stream {fastest['GB/s']:,.0f} GB/s ({fastest['DRAM GB/s']:,.0f} by DRAM counters) vs peak " \
+           f"{peak_gbs:,.0f} from clocks, {sheet}"
+
+
+def plot_times(table: pd.DataFrame) -> None:
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    for ax, kernel in zip(axes, [*STREAMS, MATMUL]):
+        part = table[table.kernel == kernel]
+        ax.bar([f"cache={c}\nclock={k}" for c, k in zip(part.cache_control, part.clock_control)], part.time_us,
+               color=["C0", "C1", "C2"])
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_title(kernel)
+        ax.set_ylabel("us")
+    plt.tight_layout()
+    plt.show()
 
 # %%
-with nt.section("Plot: time per configuration") as s:
-    table = globals().get("NSIGHT_TABLE", globals().get("CLI_TABLE"))
-    if table is None:
-        raise nt.Skip("neither section 1 nor section 2 produced a table",
-                      "see their SKIPPED reasons above", needs="ncu-cli")
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    for ax, size in zip(axes, ("fits in L2", "8x L2")):
-        part = table[table["size"] == size]
-        labels = [f"cache={c}\nclock={k}" for c, k in zip(part.cache_control, part.clock_control)]
-        ax.bar(labels, part.time_us, color=["C0", "C1", "C2", "C3"])
-        ax.tick_params(axis="x", labelsize=7)
-        ax.set_title(f"x * 2, {size}"); ax.set_ylabel("us")
-    plt.tight_layout(); plt.show()
-    s.result = f"plotted {len(table)} configurations"
+COMBINATIONS = [("all", "none"), ("none", "none"), ("all", "base")]  # defaults; warm caches; locked clocks
+SETTINGS = dict(configs=[(SMALL, LARGE)], runs=3, metrics=[TIME, SM_HZ, DRAM_RATE, DRAM_WRITE],
+                combine_kernel_metrics=add, thermal_mode="off", verbosity=SILENT)
+
+with nt.section("1. cache_control and clock_control, measured") as s:
+    tables = {}
+    for cache, clock in COMBINATIONS:
+        if ENV.backend == "ncu":  # nsight-python's Nsight Compute backend (Colab after notebook 01)
+            profile = nsight.analyze.kernel(cache_control=cache, clock_control=clock, **SETTINGS)
+            tables[cache, clock], source = profile(ck.stream_and_matmul)().to_dataframe(), "ncu"
+        else:  # an older ncu: the ncu command line on the same file
+            ENV.require("ncu-cli")
+            tables[cache, clock], source = ncu_cli.nsight_table(
+                "cache_kernels.py", ck.stream_and_matmul, ncu=ENV.ncu_path, cache_control=cache, clock_control=clock,
+                report=f"stream_and_matmul-{cache}-{clock}.ncu-rep", **SETTINGS), "ncu-cli"
+        print(nt.rules(source, cache_control=cache, clock_control=clock))
+    TABLE = per_configuration(tables)
+    print(TABLE.to_string(index=False, na_rep="", float_format=lambda v: f"{v:,.2f}"))
+    plot_times(TABLE)
+    rated = {int(k) for t in tables.values() for k in t.ComputeClock}
+    s.result = f"{source}: " + "; ".join([check_cache(TABLE), check_clock(TABLE, rated),
+                                          check_bandwidth(TABLE, PEAK_GBS, SHEET_GBS)])
 
 # %% [markdown]
-# ## 3. Warm vs cold L2 by hand (any backend, CUPTI included)
+# The matmul is the contrast: a memory-bound stream mostly waits on DRAM, so it feels the
+# SM clock less than a compute-bound matmul, which slows down by up to the clock ratio.
+# (Whether "base" also lowers the memory clock depends on the GPU.) Which of the two your
+# kernel is decides how much `clock_control` matters for it -- notebook 06 measures that
+# boundary.
+#
+# ## 2. Warm vs cold L2 by hand (any backend, CUPTI included)
 #
 # The CUPTI backend records each kernel once as it runs: no replay, **no cache
 # flush, no clock control** -- `cache_control` and `clock_control` are ignored there.
 # You can still measure a cold cache honestly: overwrite the L2 yourself *before*
-# the annotation, by writing a scratch buffer twice the L2 size. That write is not
-# measured (it is outside the annotation), but it evicts `x`.
+# the annotation (`ck.evict_l2` writes a scratch buffer twice the L2 size). That write
+# is not measured (it is outside the annotation), but it evicts `x`. Under the Nsight
+# Compute backend, `cache_control="none"` keeps the tool from flushing for us.
 #
 # Note what "warm" means here: `x` was just written by `torch.randn`, so whatever part
-# of it fits in L2 is still there when `x * 2` runs.
+# of it fits in L2 is still there when `x * 2` runs. Twenty runs per configuration:
+# without replay each run is one real launch, and the check compares means.
 
 # %%
-# A scratch buffer twice the L2 size: writing it pushes everything else out of L2.
-SCRATCH = torch.empty(2 * L2 // 4, device="cuda") if ENV.has_gpu else None
-
-
-# cache_control="none": under the Nsight Compute backend, do not flush for us either
-@nsight.analyze.kernel(runs=20, thermal_mode="off", verbosity=SILENT, cache_control="none")
-def scale_flush(n: int, flush: bool) -> None:
-    x = torch.randn(n, device="cuda")
-    if flush:
-        SCRATCH.fill_(1.0)  # evict x from L2: not measured, it is outside the annotation
-    with nsight.annotate("x * 2"):
-        _ = x * 2.0
-
-
-with nt.section("3. Warm vs cold L2 by hand") as s:
+with nt.section("2. Warm vs cold L2 by hand") as s:
     ENV.require("profiler")
     configs = [(SMALL, False), (SMALL, True), (LARGE, False), (LARGE, True)]
-    df = pd.concat([scale_flush(configs=[c]).to_dataframe() for c in configs])  # one call per configuration
-    t = df.set_index(["n", "flush"]).AvgValue
-    sp_small = t[(SMALL, True)] / t[(SMALL, False)]
-    sp_large = t[(LARGE, True)] / t[(LARGE, False)]
+    by_hand = nsight.analyze.kernel(configs=configs, runs=20, cache_control="none", thermal_mode="off",
+                                    verbosity=SILENT)(ck.stream_after)
+    t = by_hand().to_dataframe().set_index(["n", "flush"]).AvgValue  # ns
+    sp_small, sp_large = t[(SMALL, True)] / t[(SMALL, False)], t[(LARGE, True)] / t[(LARGE, False)]
     print(nt.rules(ENV.backend, cache_control="none"))
     for n, name in ((SMALL, "fits in L2"), (LARGE, "8x L2")):
         print(f"  {name:10s}: warm {t[(n, False)] / 1e3:8.1f} us, flushed {t[(n, True)] / 1e3:8.1f} us "
@@ -341,7 +332,7 @@ with nt.section("3. Warm vs cold L2 by hand") as s:
         print(f"  (the DRAM peak from this device's clocks is {PEAK_GBS:,.0f} GB/s; for the size that fits, "
               "the warm rate is L2 bandwidth, not DRAM)")
     nt.claim(sp_small > 1.1 and sp_large < 1.1, "a warm L2 beats a flushed one only for the size that fits in L2",
-             f"cold/warm: {sp_small:.2f}x (fits), {sp_large:.2f}x (8x L2)")
+             f"flushed/warm: {sp_small:.2f}x (fits), {sp_large:.2f}x (8x L2)")
     s.result = f"{ENV.backend}: flushed/warm time {sp_small:.2f}x (fits in L2), {sp_large:.2f}x (8x L2)"
 
 # %% [markdown]
@@ -349,23 +340,24 @@ with nt.section("3. Warm vs cold L2 by hand") as s:
 #
 # - Decide cache and clock control on purpose. nsight-python flushes caches
 #   (`"all"`) and leaves clocks free (`"none"`); the `ncu` command line flushes and locks
-#   to base. The same kernel can differ by tens of percent between the two.
+#   to base. The same kernel can differ a lot between the two.
 # - A cold-cache number is reproducible; a warm-cache number is what the kernel sees
 #   inside a real model when its input was just produced. Know which you report.
 # - Measure the clock (`gpc__cycles_elapsed.avg.per_second`); `ComputeClock` is the
 #   card's rating and never moves.
-# - No Nsight Compute backend? The `ncu` CLI on a script gives the same controls, and
-#   under CUPTI you can flush the L2 yourself -- but you cannot lock clocks there.
+# - No Nsight Compute backend? The `ncu` CLI on the same kernels file gives the same
+#   controls and nsight-python's table, and under CUPTI you can flush the L2 yourself --
+#   but you cannot lock clocks there.
 # - Bandwidth has two ceilings: the datasheet's rounded figure, and the device's own,
 #   2 × memory clock × bus width. Set a stream against the second, and read the DRAM
 #   counters when a number looks too good: writes can still be in L2 when the kernel ends.
 #
 # ## Try it
 #
-# - In section 3, make the scratch buffer `L2 // 4 // 4` elements (a quarter of the L2)
-#   instead of twice its size: the "flushed" time of the small vector moves back toward
-#   the warm one -- a partial flush.
-# - In section 2's script, replace `y = x * 2.0` by `x.mul_(2.0)` (in place: the same
+# - In `cache_kernels.py`, make `evict_l2`'s buffer `l2_bytes // 4 // 4` elements (a
+#   quarter of the L2) instead of twice its size, and run section 2 again: the "flushed"
+#   time of the small vector moves back toward the warm one -- a partial flush.
+# - In `stream_and_matmul`, replace `_ = x * 2.0` by `x.mul_(2.0)` (in place: the same
 #   bytes, written back where they were read) and compare the 8×L2 rate and the share of
 #   its writes that reached DRAM during the kernel.
 #
