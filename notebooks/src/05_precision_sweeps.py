@@ -175,12 +175,12 @@ with nt.section("2. Sweep sizes one call per size, with a derived TFLOP/s metric
             print(f"  {r.Annotation} n={r.n}:", *kernel_names(r.Kernel), sep="\n    ")
     derived = df[df.Metric == "tflops"].merge(TIMES[["Annotation", "n", "AvgValue", "MinValue"]],
                                               on=["Annotation", "n"], suffixes=("", "_ns"))
-    # tflops is derived per run, then averaged: its max comes from the fastest run, and the mean of
-    # 2n^3/t is at least 2n^3/mean(t) (1/t is convex) -- exactly, no tolerance needed
+    # tflops is derived per run, then averaged: its max comes from the fastest run. (So its mean is
+    # a mean of per-run rates, never below 2n^3 / mean time, since 1/t is convex -- printed, not claimed.)
     nt.claim(np.allclose(derived.MaxValue, 2 * derived.n**3 / derived.MinValue_ns / 1e3),
              "the tflops metric is computed per run: its maximum is 2 n^3 / (fastest run)")
-    nt.claim((derived.AvgValue >= 2 * derived.n**3 / derived.AvgValue_ns / 1e3 * (1 - 1e-9)).all(),
-             "its mean is at least 2 n^3 / (mean time), as a mean of per-run rates must be")
+    gap = (derived.AvgValue / (2 * derived.n**3 / derived.AvgValue_ns / 1e3) - 1) * 100
+    print(f"  mean of per-run TFLOP/s vs 2n^3 / mean time: up to {gap.max():.3f} % higher")
     nt.claim((df[df.Metric == "tflops"].Unit == "TFLOP/s").all(), "the derived metric carries the unit we returned")
     big = SIZES[-1]
     s.result = f"n={big}: " + ", ".join(f"{p} {TF.loc[big, p]:.1f}" for p in PRECISIONS) + " TFLOP/s"
