@@ -14,11 +14,13 @@ notebooks in ``<out>/notebooks/``.
 Everything is written into ``<out>.partial-<pid>`` first, which replaces ``<out>`` only
 when the run is complete. Ctrl-C (SIGINT) or SIGTERM stops the run: the running kernel
 is killed, the partial folder removed and ``<out>`` left as it was (exit 130 or 143).
+
+The console script starts in :mod:`nspy_tutorial.cli`, which installs its signal handlers
+and parses the command line before this module's slow imports (nbformat, nbclient, zmq).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import atexit
 import datetime as dt
@@ -44,6 +46,7 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from traitlets.config import Config
 
 from nspy_tutorial import bootstrap
+from nspy_tutorial.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Interrupted, RunnerError, interrupted, main
 from nspy_tutorial.sections import (
     FAILED,
     OK,
@@ -59,7 +62,6 @@ from nspy_tutorial.workdir import WORKDIR_VAR
 
 REPOSITORY = "https://github.com/nspy-tutorial/nspy-tutorial"  # scripts/build_notebooks.py REPO
 NOTEBOOK_NAME = re.compile(r"^(\d+)_.+\.ipynb$")
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 STOP_GRACE_SECONDS = 15.0  # how long an interrupted run waits for nbclient to let go
 NEED_LABELS = {"gpu": "no GPU", "profiler": "no profiler backend", "ncu": "no Nsight Compute backend",
                "ncu-cli": "no ncu command line", "cupti": "no cupti-python", "triton": "no Triton",
@@ -69,10 +71,6 @@ NEED_LABELS = {"gpu": "no GPU", "profiler": "no profiler backend", "ncu": "no Ns
 def now() -> str:
     """The local time as ISO 8601 with offset, to the second."""
     return dt.datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-class RunnerError(Exception):
-    """A problem with the command line or the folders, reported without a traceback."""
 
 
 @dataclass
@@ -489,9 +487,9 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
             if out.exists():
                 shutil.rmtree(out)
             os.replace(partial, out)
-    except KeyboardInterrupt:  # before the handlers were installed or after they were removed
+    except (Interrupted, KeyboardInterrupt) as stopped:  # outside the Stop handler's window (cli's handlers)
         shutil.rmtree(partial, ignore_errors=True)
-        return interrupted(signal.SIGINT, out)
+        return interrupted(stopped.signum if isinstance(stopped, Interrupted) else signal.SIGINT, out)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -500,54 +498,7 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
     return EXIT_OK if all(r.status == OK for r in results) else EXIT_FAILED
 
 
-def interrupted(signum: int, out: Path | None) -> int:
-    """Say so in one line; the exit code is 128 + the signal number (130 SIGINT, 143 SIGTERM)."""
-    kept = f"; {out} left as it was" if out is not None else ""
-    print(f"interrupted ({signal.Signals(signum).name}){kept}", file=sys.stderr, flush=True)
-    return 128 + signum
-
-
-def positive_seconds(text: str) -> int:
-    """argparse type for --timeout: a whole number of seconds above zero."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(
-            f"must be a whole number of seconds above 0, got {text!r} (for a long cell, give a large value)"
-        )
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line: one ``run`` subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="nspy-tutorial", description="Run the nspy-tutorial notebooks and write a results card."
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    run_parser = commands.add_parser("run", help="execute the notebooks headless")
-    add = run_parser.add_argument
-    add("--notebooks-dir", type=Path, default=Path("notebooks"),
-        help="folder holding NN_*.ipynb (default: notebooks, in a clone of the repository)")
-    add("--out", type=Path, default=Path("results"),
-        help="output folder, replaced at the end of the run (default: results)")
-    add("--only", nargs="+", metavar="NN", help="run only these notebook numbers, e.g. --only 02 05")
-    add("--timeout", type=positive_seconds, default=1800, help="seconds allowed per cell (default: 1800)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``nspy-tutorial`` console script; returns the exit code."""
-    args = None
-    try:
-        args = build_parser().parse_args(argv)
-        return run(args.notebooks_dir, args.out, args.only, args.timeout)
-    except RunnerError as error:
-        print(f"nspy-tutorial: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:  # before the run installed its own handlers
-        return interrupted(signal.SIGINT, args and args.out)
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "RunnerError", "main", "run"]
 
 
 if __name__ == "__main__":

@@ -380,7 +380,7 @@ def test_failing_cell_marks_notebook_failed_and_run_continues(notebooks_dir, tmp
 def run_cli(notebooks_dir: Path, out: Path, *extra: str, **popen: object) -> subprocess.Popen[str]:
     """``nspy-tutorial run`` as its own process (this checkout's package), output captured."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "nspy_tutorial.runner", "run", "--notebooks-dir", str(notebooks_dir)]
+    command = [sys.executable, "-m", "nspy_tutorial.cli", "run", "--notebooks-dir", str(notebooks_dir)]
     return subprocess.Popen(
         [*command, "--out", str(out), *extra],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen,
