@@ -85,6 +85,7 @@ class NotebookResult:
     seconds: float
     error: str | None = None
     sections: list[SectionRecord] = field(default_factory=list)
+    cell: int | None = None  # the cell (1-based) that stopped the notebook, when one did
 
     def counts(self) -> dict[str, int]:
         """Number of sections per status, with all three statuses present."""
@@ -235,8 +236,11 @@ def kernel_config(socket_dir: Path) -> Config:
 
 def run_notebook(
     notebook: nbformat.NotebookNode, cwd: Path, records_file: Path, timeout: int, stop: Stop
-) -> str | None:
-    """Execute ``notebook`` in place in a fresh kernel; None on success, else why it stopped."""
+) -> tuple[str, int | None] | None:
+    """Execute ``notebook`` in place in a fresh kernel.
+
+    None on success, else why it stopped (one line) and the cell (1-based) it stopped in, if any.
+    """
     client = Client(
         notebook,
         timeout=timeout,
@@ -269,7 +273,10 @@ def run_notebook(
     # starting (e.g. killed by a stop); it would then fail at exit with an AssertionError.
     atexit.unregister(client._cleanup_kernel)
     error = outcome.get("error")
-    return None if error is None else stop_reason(error, notebook, client.current_cell, timeout)
+    if error is None:
+        return None
+    cell = None if client.current_cell is None else client.current_cell + 1
+    return stop_reason(error, notebook, client.current_cell, timeout), cell
 
 
 def stop_reason(
@@ -304,7 +311,7 @@ def execute_notebook(
         why = f"cannot read {path.name}: {type(error).__name__}: {first_line(str(error))}"
         return NotebookResult(path.stem, FAILED, 0.0, error=why)
     records_file = records_dir / f"{path.stem}.jsonl"
-    error = run_notebook(notebook, path.parent.resolve(), records_file, timeout, stop)
+    error, cell = run_notebook(notebook, path.parent.resolve(), records_file, timeout, stop) or (None, None)
     nbformat.write(notebook, executed_dir / path.name)
     sections = read_section_records(records_file)
     failed = error is not None or any(s.status == FAILED for s in sections)
@@ -314,6 +321,7 @@ def execute_notebook(
         seconds=round(time.monotonic() - started, 1),
         error=error,
         sections=sections,
+        cell=cell,
     )
 
 
@@ -327,7 +335,12 @@ def need_label(needs: str | None) -> str:
 
 
 def headline(results: list[NotebookResult]) -> str:
-    """What ran first, e.g. ``3 sections ran OK, 23 skipped (21 no GPU, 2 other reasons), 0 failed``."""
+    """What ran first, e.g. ``3 sections ran OK, 23 skipped (21 no GPU, 2 other reasons), 0 failed``.
+
+    When a notebook stopped before its end (a cell error, a timeout, an unreadable file), the
+    section counts say "sections" and the notebooks that stopped are named with their cell:
+    ``... 0 sections failed; 1 of 3 notebooks stopped by an error in cell 2 (01_bad)``.
+    """
     sections = [s for result in results for s in result.sections]
     counts = Counter(s.status for s in sections)
     skipped = Counter(need_label(s.needs) for s in sections if s.status == SKIPPED)
@@ -337,10 +350,19 @@ def headline(results: list[NotebookResult]) -> str:
     elif skipped:
         why = " (" + ", ".join(f"{n} {label}" for label, n in skipped.most_common()) + ")"
     noun = "section" if counts[OK] == 1 else "sections"
-    text = f"{counts[OK]} {noun} ran OK, {counts[SKIPPED]} skipped{why}, {counts[FAILED]} failed"
-    stopped = sum(result.error is not None for result in results)
+    stopped = [result for result in results if result.error is not None]
+    failed = f"{counts[FAILED]} failed"
+    if stopped:  # notebooks are counted too: say which count is which
+        failed = f"{counts[FAILED]} {'section' if counts[FAILED] == 1 else 'sections'} failed"
+    text = f"{counts[OK]} {noun} ran OK, {counts[SKIPPED]} skipped{why}, {failed}"
     if stopped:
-        text += f"; {stopped} of {len(results)} notebooks stopped by an error"
+        total = f"{len(stopped)} of {len(results)} {'notebook' if len(results) == 1 else 'notebooks'}"
+        if len(stopped) == 1:
+            where = f" in cell {stopped[0].cell}" if stopped[0].cell is not None else ""
+            text += f"; {total} stopped by an error{where} ({stopped[0].notebook})"
+        else:
+            where = ", ".join(r.notebook + (f" cell {r.cell}" if r.cell is not None else "") for r in stopped)
+            text += f"; {total} stopped by an error ({where})"
     return text
 
 
@@ -367,6 +389,7 @@ def build_card(results: list[NotebookResult], started_at: str, finished_at: str)
                 "status": r.status,
                 "seconds": r.seconds,
                 "error": r.error,
+                "cell": r.cell,
                 "counts": r.counts(),
                 "sections": [asdict(section) for section in r.sections],
             }
