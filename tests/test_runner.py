@@ -408,6 +408,25 @@ def test_failing_cell_marks_notebook_failed_and_run_continues(notebooks_dir, tmp
     assert partial.cells[2].outputs == []
 
 
+def test_a_required_need_fails_the_run_whatever_the_section_lacked_first(notebooks_dir, tmp_path, monkeypatch):
+    """NSPY_TUTORIAL_REQUIRE=ncu with the CUPTI backend forced: the Nsight Compute section must fail the run,
+    on a machine without a GPU (where it lacks the GPU first) as on one with a GPU."""
+    write_notebook(
+        notebooks_dir, "01_req.ipynb",
+        "import nspy_tutorial as nt\nENV = nt.setup('01_req')",
+        "with nt.section('1. Counters') as s:\n    ENV.require('ncu')\n    s.result = 'ran'",
+        "nt.summary()",
+    )
+    monkeypatch.setenv("NSPY_TUTORIAL_REQUIRE", "ncu")
+    monkeypatch.setenv("NSPY_TUTORIAL_BACKEND", "cupti")
+    monkeypatch.setenv("NSPY_TUTORIAL_STRICT", "1")
+    out = tmp_path / "results"
+    assert run_main(notebooks_dir, out) == 1
+    (entry,) = json.loads((out / "results.json").read_text())["notebooks"]
+    (record,) = entry["sections"]
+    assert record["status"] == "FAILED" and record["reason"].startswith("required `ncu` is missing: ")
+
+
 def run_cli(notebooks_dir: Path, out: Path, *extra: str, **popen: object) -> subprocess.Popen[str]:
     """``nspy-tutorial run`` as its own process (this checkout's package), output captured."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
