@@ -117,3 +117,9 @@ def test_help_needs_none_of_the_slow_imports():
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
 
+
+def test_readme_documents_every_variable_the_help_lists():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name, _ in cli.variables():
+        assert f"`{name.split('=')[0]}" in readme, name
+    assert "| `counters` |" in readme
