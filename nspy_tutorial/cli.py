@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -147,7 +148,9 @@ def build_parser():  # -> argparse.ArgumentParser (imported here, after the hand
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nspy-tutorial`` console script; returns the exit code."""
-    previous = {signum: signal.signal(signum, _raise_interrupted) for signum in SIGNALS}  # before anything slow
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # where Python delivers signals
+        previous = {signum: signal.signal(signum, _raise_interrupted) for signum in SIGNALS}  # before anything slow
     out = None
     try:
         args = build_parser().parse_args(argv)
@@ -159,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nspy-tutorial: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except (Interrupted, KeyboardInterrupt) as stop:
-        for signum in SIGNALS:  # a second Ctrl-C while saying so changes nothing
+        for signum in previous:  # a second Ctrl-C while saying so changes nothing
             signal.signal(signum, signal.SIG_IGN)
         return interrupted(stop.signum if isinstance(stop, Interrupted) else signal.SIGINT, out)
     finally:
