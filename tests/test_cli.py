@@ -118,6 +118,14 @@ def test_help_needs_none_of_the_slow_imports():
     assert done.stdout.splitlines()[-1] == "[]"
 
 
+def test_the_command_imports_nothing_of_the_package_before_its_handlers():
+    """The signal test's margin: `import nspy_tutorial` (run by the console script first) stays light."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    probe = "import sys; import nspy_tutorial.cli; print(sorted(m for m in sys.modules if m.startswith('nspy_tutorial')))"
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["['nspy_tutorial',", "'nspy_tutorial.cli',", "'nspy_tutorial.rules']"], done.stderr
+
+
 def test_readme_documents_every_variable_the_help_lists():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for name, _ in cli.variables():
