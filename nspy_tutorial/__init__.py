@@ -3,13 +3,49 @@
 A notebook's first code cell calls :func:`setup`; every section runs inside
 :class:`section`; :func:`summary` closes the notebook. Nothing here imports torch or
 nsight at import time: the import order is the bootstrap's job.
+
+The names below are imported from their modules on first use, so that ``import
+nspy_tutorial`` takes almost no time: the ``nspy-tutorial`` command (``cli``) installs its
+signal handlers right after it. (``rules`` is imported at once: it is also the name of its
+module, which an import of ``nspy_tutorial.rules`` would otherwise put here.)
 """
 
-from nspy_tutorial.bootstrap import Environment, setup
-from nspy_tutorial.display import banner, short_kernel_name, show
-from nspy_tutorial.nvml_device import handle as nvml_handle
+import importlib
+
 from nspy_tutorial.rules import rules
-from nspy_tutorial.sections import Skip, claim, section, summary
+
+_HOME = {
+    "Environment": ("bootstrap", "Environment"),
+    "setup": ("bootstrap", "setup"),
+    "banner": ("display", "banner"),
+    "short_kernel_name": ("display", "short_kernel_name"),
+    "show": ("display", "show"),
+    "nvml_handle": ("nvml_device", "handle"),
+    "Skip": ("sections", "Skip"),
+    "claim": ("sections", "claim"),
+    "section": ("sections", "section"),
+    "summary": ("sections", "summary"),
+}
 
 __all__ = ["Environment", "Skip", "banner", "claim", "nvml_handle", "rules", "section", "setup", "short_kernel_name",
            "show", "summary"]
+
+
+def __getattr__(name: str):
+    """The names above, and submodules (``nt.bootstrap``), imported on first use."""
+    if name in _HOME:
+        module, attribute = _HOME[name]
+        value = getattr(importlib.import_module(f"nspy_tutorial.{module}"), attribute)
+        globals()[name] = value
+        return value
+    if not name.startswith("_"):
+        try:
+            return importlib.import_module(f"nspy_tutorial.{name}")
+        except ModuleNotFoundError as missing:
+            if missing.name != f"nspy_tutorial.{name}":
+                raise
+    raise AttributeError(f"module 'nspy_tutorial' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -77,37 +77,65 @@ class Environment:
     def has_gpu(self) -> bool:
         return self.gpu_problem is None
 
+    def lacks(self, what: str) -> list[str]:
+        """Every need that a section requiring ``what`` lacks here (empty: it can run).
+
+        Every need includes a GPU, so without one a section lacks "gpu" and also what it
+        asked for: the Nsight Compute backend ("ncu") is a profiler backend, and the ncu
+        sections ("ncu", "ncu-cli") read the GPU's performance counters ("counters").
+        """
+        if what not in ("gpu", "profiler", "ncu", "ncu-cli"):
+            raise ValueError(f"require(): unknown need {what!r}; use gpu, profiler, ncu or ncu-cli")
+        missing = [] if self.has_gpu else ["gpu"]
+        if what in ("profiler", "ncu") and self.backend is None:
+            missing.append("profiler")
+        if what == "ncu" and self.backend != "ncu":
+            missing.append("ncu")
+        if what == "ncu-cli" and self.ncu_path is None:
+            missing.append("ncu-cli")
+        if what in ("ncu", "ncu-cli") and not self.has_gpu:
+            missing.append("counters")
+        return missing
+
     def require(self, what: str) -> None:
         """Raise :class:`Skip` unless ``what`` is available.
 
         ``what`` is one of ``"gpu"``, ``"profiler"`` (any nsight-python backend),
         ``"ncu"`` (the Nsight Compute backend: hardware counters, cache and clock
-        control), ``"ncu-cli"`` (any ncu executable, for launch-mode runs).
+        control), ``"ncu-cli"`` (any ncu executable, for launch-mode runs). The Skip names
+        the first missing need (the reason given) and every other one (:meth:`lacks`).
         """
-        if what not in ("gpu", "profiler", "ncu", "ncu-cli"):
-            raise ValueError(f"require(): unknown need {what!r}; use gpu, profiler, ncu or ncu-cli")
+        missing = self.lacks(what)
+        if not missing:
+            return
+        first = "gpu" if "gpu" in missing else what  # the reason the section gives
+        needs = (first, *(need for need in missing if need != first))
         if not self.has_gpu:
-            raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab), needs="gpu")
-        if what == "profiler" and self.backend is None:
+            raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab), needs=needs)
+        if what == "profiler":
             raise Skip(
                 "needs an nsight-python backend; Nsight Compute: "
                 f"{self.ncu_problem}; CUPTI: {self.cupti_problem}",
                 NCU_REMEDY + ", or `pip install 'nsight-python[cupti]'` for durations only",
-                needs="profiler",
+                needs=needs,
             )
-        if what == "ncu" and self.backend != "ncu":
+        if what == "ncu":
             raise Skip(
                 f"needs nsight-python's Nsight Compute backend; the active backend is "
                 f"{self.backend or 'none'} because Nsight Compute did not load: {self.ncu_problem}",
                 NCU_REMEDY,
-                needs="ncu",
+                needs=needs,
             )
-        if what == "ncu-cli" and self.ncu_path is None:
-            raise Skip("needs the ncu command-line tool, and none was found", NCU_REMEDY, needs="ncu-cli")
+        raise Skip("needs the ncu command-line tool, and none was found", NCU_REMEDY, needs=needs)
 
     def require_compute_capability(self, minimum: tuple[int, int], feature: str) -> None:
-        """Raise :class:`Skip` unless the GPU's compute capability is at least ``minimum``."""
-        self.require("gpu")
+        """Raise :class:`Skip` unless the GPU's compute capability is at least ``minimum``.
+
+        Without a GPU the Skip lacks both "gpu" and the capability (``cc8.0``).
+        """
+        need = f"cc{minimum[0]}.{minimum[1]}"
+        if not self.has_gpu:
+            raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab), needs=("gpu", need))
         assert self.facts is not None
         have = self.facts.compute_capability
         if have < minimum:
@@ -115,7 +143,7 @@ class Environment:
                 f"{feature} needs compute capability >= {minimum[0]}.{minimum[1]}; "
                 f"this {self.gpu_name} is {have[0]}.{have[1]}",
                 "run on an Ampere-or-newer GPU (A100, L4, A10G, H100, ...) to see it",
-                needs=f"cc{minimum[0]}.{minimum[1]}",
+                needs=need,
             )
 
 

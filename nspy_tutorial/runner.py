@@ -14,11 +14,13 @@ notebooks in ``<out>/notebooks/``.
 Everything is written into ``<out>.partial-<pid>`` first, which replaces ``<out>`` only
 when the run is complete. Ctrl-C (SIGINT) or SIGTERM stops the run: the running kernel
 is killed, the partial folder removed and ``<out>`` left as it was (exit 130 or 143).
+
+The console script starts in :mod:`nspy_tutorial.cli`, which installs its signal handlers
+and parses the command line before this module's slow imports (nbformat, nbclient, zmq).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import atexit
 import datetime as dt
@@ -44,6 +46,7 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from traitlets.config import Config
 
 from nspy_tutorial import bootstrap
+from nspy_tutorial.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Interrupted, RunnerError, interrupted, main
 from nspy_tutorial.sections import (
     FAILED,
     OK,
@@ -59,7 +62,6 @@ from nspy_tutorial.workdir import WORKDIR_VAR
 
 REPOSITORY = "https://github.com/nspy-tutorial/nspy-tutorial"  # scripts/build_notebooks.py REPO
 NOTEBOOK_NAME = re.compile(r"^(\d+)_.+\.ipynb$")
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 STOP_GRACE_SECONDS = 15.0  # how long an interrupted run waits for nbclient to let go
 NEED_LABELS = {"gpu": "no GPU", "profiler": "no profiler backend", "ncu": "no Nsight Compute backend",
                "ncu-cli": "no ncu command line", "cupti": "no cupti-python", "triton": "no Triton",
@@ -69,10 +71,6 @@ NEED_LABELS = {"gpu": "no GPU", "profiler": "no profiler backend", "ncu": "no Ns
 def now() -> str:
     """The local time as ISO 8601 with offset, to the second."""
     return dt.datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-class RunnerError(Exception):
-    """A problem with the command line or the folders, reported without a traceback."""
 
 
 @dataclass
@@ -87,6 +85,7 @@ class NotebookResult:
     seconds: float
     error: str | None = None
     sections: list[SectionRecord] = field(default_factory=list)
+    cell: int | None = None  # the cell (1-based) that stopped the notebook, when one did
 
     def counts(self) -> dict[str, int]:
         """Number of sections per status, with all three statuses present."""
@@ -237,8 +236,11 @@ def kernel_config(socket_dir: Path) -> Config:
 
 def run_notebook(
     notebook: nbformat.NotebookNode, cwd: Path, records_file: Path, timeout: int, stop: Stop
-) -> str | None:
-    """Execute ``notebook`` in place in a fresh kernel; None on success, else why it stopped."""
+) -> tuple[str, int | None] | None:
+    """Execute ``notebook`` in place in a fresh kernel.
+
+    None on success, else why it stopped (one line) and the cell (1-based) it stopped in, if any.
+    """
     client = Client(
         notebook,
         timeout=timeout,
@@ -271,7 +273,10 @@ def run_notebook(
     # starting (e.g. killed by a stop); it would then fail at exit with an AssertionError.
     atexit.unregister(client._cleanup_kernel)
     error = outcome.get("error")
-    return None if error is None else stop_reason(error, notebook, client.current_cell, timeout)
+    if error is None:
+        return None
+    cell = None if client.current_cell is None else client.current_cell + 1
+    return stop_reason(error, notebook, client.current_cell, timeout), cell
 
 
 def stop_reason(
@@ -306,7 +311,7 @@ def execute_notebook(
         why = f"cannot read {path.name}: {type(error).__name__}: {first_line(str(error))}"
         return NotebookResult(path.stem, FAILED, 0.0, error=why)
     records_file = records_dir / f"{path.stem}.jsonl"
-    error = run_notebook(notebook, path.parent.resolve(), records_file, timeout, stop)
+    error, cell = run_notebook(notebook, path.parent.resolve(), records_file, timeout, stop) or (None, None)
     nbformat.write(notebook, executed_dir / path.name)
     sections = read_section_records(records_file)
     failed = error is not None or any(s.status == FAILED for s in sections)
@@ -316,6 +321,7 @@ def execute_notebook(
         seconds=round(time.monotonic() - started, 1),
         error=error,
         sections=sections,
+        cell=cell,
     )
 
 
@@ -329,7 +335,12 @@ def need_label(needs: str | None) -> str:
 
 
 def headline(results: list[NotebookResult]) -> str:
-    """What ran first, e.g. ``3 sections ran OK, 23 skipped (21 no GPU, 2 other reasons), 0 failed``."""
+    """What ran first, e.g. ``3 sections ran OK, 23 skipped (21 no GPU, 2 other reasons), 0 failed``.
+
+    When a notebook stopped before its end (a cell error, a timeout, an unreadable file), the
+    section counts say "sections" and the notebooks that stopped are named with their cell:
+    ``... 0 sections failed; 1 of 3 notebooks stopped by an error in cell 2 (01_bad)``.
+    """
     sections = [s for result in results for s in result.sections]
     counts = Counter(s.status for s in sections)
     skipped = Counter(need_label(s.needs) for s in sections if s.status == SKIPPED)
@@ -339,10 +350,19 @@ def headline(results: list[NotebookResult]) -> str:
     elif skipped:
         why = " (" + ", ".join(f"{n} {label}" for label, n in skipped.most_common()) + ")"
     noun = "section" if counts[OK] == 1 else "sections"
-    text = f"{counts[OK]} {noun} ran OK, {counts[SKIPPED]} skipped{why}, {counts[FAILED]} failed"
-    stopped = sum(result.error is not None for result in results)
+    stopped = [result for result in results if result.error is not None]
+    failed = f"{counts[FAILED]} failed"
+    if stopped:  # notebooks are counted too: say which count is which
+        failed = f"{counts[FAILED]} {'section' if counts[FAILED] == 1 else 'sections'} failed"
+    text = f"{counts[OK]} {noun} ran OK, {counts[SKIPPED]} skipped{why}, {failed}"
     if stopped:
-        text += f"; {stopped} of {len(results)} notebooks stopped by an error"
+        total = f"{len(stopped)} of {len(results)} {'notebook' if len(results) == 1 else 'notebooks'}"
+        if len(stopped) == 1:
+            where = f" in cell {stopped[0].cell}" if stopped[0].cell is not None else ""
+            text += f"; {total} stopped by an error{where} ({stopped[0].notebook})"
+        else:
+            where = ", ".join(r.notebook + (f" cell {r.cell}" if r.cell is not None else "") for r in stopped)
+            text += f"; {total} stopped by an error ({where})"
     return text
 
 
@@ -369,6 +389,7 @@ def build_card(results: list[NotebookResult], started_at: str, finished_at: str)
                 "status": r.status,
                 "seconds": r.seconds,
                 "error": r.error,
+                "cell": r.cell,
                 "counts": r.counts(),
                 "sections": [asdict(section) for section in r.sections],
             }
@@ -489,9 +510,9 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
             if out.exists():
                 shutil.rmtree(out)
             os.replace(partial, out)
-    except KeyboardInterrupt:  # before the handlers were installed or after they were removed
+    except (Interrupted, KeyboardInterrupt) as stopped:  # outside the Stop handler's window (cli's handlers)
         shutil.rmtree(partial, ignore_errors=True)
-        return interrupted(signal.SIGINT, out)
+        return interrupted(stopped.signum if isinstance(stopped, Interrupted) else signal.SIGINT, out)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -500,54 +521,7 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
     return EXIT_OK if all(r.status == OK for r in results) else EXIT_FAILED
 
 
-def interrupted(signum: int, out: Path | None) -> int:
-    """Say so in one line; the exit code is 128 + the signal number (130 SIGINT, 143 SIGTERM)."""
-    kept = f"; {out} left as it was" if out is not None else ""
-    print(f"interrupted ({signal.Signals(signum).name}){kept}", file=sys.stderr, flush=True)
-    return 128 + signum
-
-
-def positive_seconds(text: str) -> int:
-    """argparse type for --timeout: a whole number of seconds above zero."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(
-            f"must be a whole number of seconds above 0, got {text!r} (for a long cell, give a large value)"
-        )
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line: one ``run`` subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="nspy-tutorial", description="Run the nspy-tutorial notebooks and write a results card."
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    run_parser = commands.add_parser("run", help="execute the notebooks headless")
-    add = run_parser.add_argument
-    add("--notebooks-dir", type=Path, default=Path("notebooks"),
-        help="folder holding NN_*.ipynb (default: notebooks, in a clone of the repository)")
-    add("--out", type=Path, default=Path("results"),
-        help="output folder, replaced at the end of the run (default: results)")
-    add("--only", nargs="+", metavar="NN", help="run only these notebook numbers, e.g. --only 02 05")
-    add("--timeout", type=positive_seconds, default=1800, help="seconds allowed per cell (default: 1800)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``nspy-tutorial`` console script; returns the exit code."""
-    args = None
-    try:
-        args = build_parser().parse_args(argv)
-        return run(args.notebooks_dir, args.out, args.only, args.timeout)
-    except RunnerError as error:
-        print(f"nspy-tutorial: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:  # before the run installed its own handlers
-        return interrupted(signal.SIGINT, args and args.out)
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "RunnerError", "main", "run"]
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ fails the cell loudly instead of being ignored):
   Spellings: 1/0, true/false, yes/no, on/off (any case), or empty (off).
 * ``NSPY_TUTORIAL_RESULTS=<file>``: every section appends one JSON line
   (notebook, section, status, result, reason, remedy, needs, seconds).
-* ``NSPY_TUTORIAL_REQUIRE=ncu``: a skip because the Nsight Compute backend is missing
-  counts as a failure (for a GPU runner that must have it). Comma-separated needs:
+* ``NSPY_TUTORIAL_REQUIRE=ncu``: a section skipped while the Nsight Compute backend is
+  missing counts as a failure (for a GPU runner that must have it), also when it lacked
+  something else first, such as the GPU (see :class:`Skip`). Comma-separated needs:
   gpu, profiler, ncu, ncu-cli, cupti, triton, counters, cc<major>.<minor> (e.g. cc8.0).
 
 An exception whose text carries ``ERR_NVGPUCTRPERM`` (performance counters reserved to
@@ -71,17 +72,22 @@ class SettingError(ValueError):
 class Skip(Exception):
     """Raised inside a section when a precondition is not met.
 
-    ``needs`` names what is missing; it is recorded and the results card groups skips by
-    it. ``NSPY_TUTORIAL_REQUIRE`` can turn skips for the needs in :data:`NEEDS` and
-    ``cc<major>.<minor>`` into failures (``"cupti"``: cupti-python for a child process while
-    Nsight Compute holds this one; ``"triton"``: torch.compile); any other word is only recorded.
+    ``needs`` names what is missing: one need, or every need the section lacks, the one it
+    lacked first first (``("gpu", "ncu")``: an Nsight Compute section on a machine without a
+    GPU). ``Skip.needs`` is that first need: it is recorded and the results card groups skips
+    by it. ``Skip.lacks`` is all of them: ``NSPY_TUTORIAL_REQUIRE`` turns the skip into a
+    failure when any of them is required, so a required need is enforced whatever the section
+    lacked first. The needs in :data:`NEEDS` and ``cc<major>.<minor>`` can be required
+    (``"cupti"``: cupti-python for a child process while Nsight Compute holds this one;
+    ``"triton"``: torch.compile); any other word is only recorded.
     """
 
-    def __init__(self, reason: str, remedy: str, needs: str = "") -> None:
+    def __init__(self, reason: str, remedy: str, needs: str | tuple[str, ...] = "") -> None:
         super().__init__(reason)
         self.reason = reason
         self.remedy = remedy
-        self.needs = needs
+        self.lacks: tuple[str, ...] = tuple(need for need in ((needs,) if isinstance(needs, str) else needs) if need)
+        self.needs = self.lacks[0] if self.lacks else ""
 
 
 def counters_skip(exc: BaseException) -> BaseException:
@@ -234,9 +240,10 @@ class section:
             pass
         elif isinstance(exc, Skip):
             record.reason, record.remedy, record.needs = exc.reason, exc.remedy, exc.needs or None
-            if exc.needs and exc.needs.lower() in required():
+            missing = [need for need in exc.lacks if need.lower() in required()]
+            if missing:
                 record.status = FAILED
-                record.reason = f"required `{exc.needs}` is missing: {exc.reason}"
+                record.reason = f"required `{missing[0]}` is missing: {exc.reason}"
                 reraise = strict()
             else:
                 record.status = SKIPPED

@@ -201,6 +201,66 @@ def test_require_compute_capability_without_gpu_skips_as_needing_a_gpu():
     with pytest.raises(Skip) as skipped:
         env.require_compute_capability((8, 0), "TF32")
     assert skipped.value.needs == "gpu"
+    assert skipped.value.lacks == ("gpu", "cc8.0")
+
+
+NO_GPU_ENV = dict(gpu_name=None, gpu_problem="NVML sees no GPU", facts=None, backend=None, ncu_path=None)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "need", "lacks"),
+    [
+        (NO_GPU_ENV, "gpu", ("gpu",)),
+        (NO_GPU_ENV, "profiler", ("gpu", "profiler")),
+        (NO_GPU_ENV, "ncu", ("gpu", "profiler", "ncu", "counters")),
+        (NO_GPU_ENV, "ncu-cli", ("gpu", "ncu-cli", "counters")),
+        ({**NO_GPU_ENV, "ncu_path": OLD_NCU.path}, "ncu-cli", ("gpu", "counters")),  # an ncu, but nothing to profile
+        (dict(backend=None), "ncu", ("ncu", "profiler")),  # the reason stays "ncu", as the card groups it
+        (dict(backend=None), "profiler", ("profiler",)),
+        (dict(backend="cupti"), "ncu", ("ncu",)),
+        (dict(backend="cupti", ncu_path=None), "ncu-cli", ("ncu-cli",)),
+    ],
+)
+def test_a_skip_names_every_need_the_section_lacks_the_reason_first(overrides, need, lacks):
+    env = make_env(**overrides)
+    with pytest.raises(Skip) as skipped:
+        env.require(need)
+    assert skipped.value.lacks == lacks
+    assert skipped.value.needs == lacks[0]
+    assert sorted(env.lacks(need)) == sorted(lacks)
+
+
+@pytest.mark.parametrize(
+    ("required", "section_needs"),
+    [("ncu", "ncu"), ("profiler", "profiler"), ("cc8.0", "cc8.0"), ("counters", "ncu-cli"), ("gpu", "ncu")],
+)
+def test_a_required_need_fails_the_section_without_a_gpu_too(monkeypatch, capsys, required, section_needs):
+    """The issue: NSPY_TUTORIAL_REQUIRE=cc8.0, ncu or profiler passed with every section SKIPPED for `gpu`."""
+    env = run_setup_without_gpu(monkeypatch)
+    monkeypatch.setenv("NSPY_TUTORIAL_REQUIRE", required)
+    monkeypatch.setenv("NSPY_TUTORIAL_STRICT", "1")
+    sections.reset()
+    with pytest.raises(sections.ClaimFailed, match=f"required `{required}` is missing: needs a GPU"):
+        with sections.section("1. Needs it") as s:
+            if section_needs.startswith("cc"):
+                env.require_compute_capability((8, 0), "TF32")
+            else:
+                env.require(section_needs)
+            s.result = "ran"
+    (record,) = sections.records()
+    assert (record.status, record.needs) == ("FAILED", "gpu")
+    sections.reset()
+
+
+def test_a_need_the_section_does_not_have_stays_skipped_without_a_gpu(monkeypatch):
+    env = run_setup_without_gpu(monkeypatch)
+    monkeypatch.setenv("NSPY_TUTORIAL_REQUIRE", "ncu,cc8.0")
+    sections.reset()
+    with sections.section("1. Needs a profiler") as s:
+        env.require("profiler")
+        s.result = "ran"
+    assert [r.status for r in sections.records()] == ["SKIPPED"]
+    sections.reset()
 
 
 # --------------------------------------------------------------------------

@@ -57,7 +57,8 @@ def write_notebook(folder: Path, name: str, *sources: str) -> Path:
     return path
 
 
-def stub_result(path: Path, *sections: SectionRecord, error: str | None = None) -> NotebookResult:
+def stub_result(path: Path, *sections: SectionRecord, error: str | None = None, cell: int | None = None
+                ) -> NotebookResult:
     """A NotebookResult as execute_notebook would build it, without a kernel."""
     failed = error is not None or any(s.status == "FAILED" for s in sections)
     return NotebookResult(
@@ -66,6 +67,7 @@ def stub_result(path: Path, *sections: SectionRecord, error: str | None = None) 
         seconds=1.0,
         error=error,
         sections=list(sections),
+        cell=cell,
     )
 
 
@@ -213,6 +215,31 @@ def test_headline_counts_mixed_skip_reasons_separately(tmp_path):
     assert runner.headline([result]) == (
         "0 sections ran OK, 6 skipped (3 no GPU, 1 GPU below compute capability 8.0, "
         "1 other reasons, 1 no fp8), 1 failed"
+    )
+
+
+def test_headline_tells_sections_from_notebooks_and_names_the_cell_that_stopped_one(tmp_path):
+    gpu = dict(reason="needs a GPU", remedy="-", needs="gpu")
+    results = [
+        stub_result(tmp_path / "01_a.ipynb", section("01_a", "1", "OK", result="r")),
+        stub_result(tmp_path / "02_b.ipynb", section("02_b", "1", "SKIPPED", **gpu),
+                    error='cell 4 of 9 ("x = 1 / 0"): ZeroDivisionError: division by zero', cell=4),
+        stub_result(tmp_path / "03_c.ipynb"),
+    ]
+    assert runner.headline(results) == (
+        "1 section ran OK, 1 skipped (no GPU), 0 sections failed; 1 of 3 notebooks stopped by an error "
+        "in cell 4 (02_b)"
+    )
+
+
+def test_headline_names_every_notebook_that_stopped(tmp_path):
+    results = [
+        stub_result(tmp_path / "01_a.ipynb", section("01_a", "1", "FAILED", reason="x", remedy="-"),
+                    error="cell 2 of 5: ClaimFailed: ...", cell=2),
+        stub_result(tmp_path / "02_b.ipynb", error="cannot read 02_b.ipynb: NotJSONError: ..."),
+    ]
+    assert runner.headline(results) == (
+        "0 sections ran OK, 0 skipped, 1 section failed; 2 of 2 notebooks stopped by an error (01_a cell 2, 02_b)"
     )
 
 
@@ -371,16 +398,39 @@ def test_failing_cell_marks_notebook_failed_and_run_continues(notebooks_dir, tmp
     assert code == 1
     assert bad["status"] == "FAILED"
     assert bad["error"] == 'cell 2 of 3 ("1 / 0"): ZeroDivisionError: division by zero'
+    assert bad["cell"] == 2 and good["cell"] is None
+    assert card["headline"] == (
+        "1 section ran OK, 0 skipped, 0 sections failed; 1 of 2 notebooks stopped by an error in cell 2 (01_bad)"
+    )
     assert good["status"] == "OK" and good["counts"]["OK"] == 1
     partial = nbformat.read(out / "notebooks" / "01_bad.ipynb", as_version=4)
     assert partial.cells[0].outputs[0]["text"] == "before\n"
     assert partial.cells[2].outputs == []
 
 
+def test_a_required_need_fails_the_run_whatever_the_section_lacked_first(notebooks_dir, tmp_path, monkeypatch):
+    """NSPY_TUTORIAL_REQUIRE=ncu with the CUPTI backend forced: the Nsight Compute section must fail the run,
+    on a machine without a GPU (where it lacks the GPU first) as on one with a GPU."""
+    write_notebook(
+        notebooks_dir, "01_req.ipynb",
+        "import nspy_tutorial as nt\nENV = nt.setup('01_req')",
+        "with nt.section('1. Counters') as s:\n    ENV.require('ncu')\n    s.result = 'ran'",
+        "nt.summary()",
+    )
+    monkeypatch.setenv("NSPY_TUTORIAL_REQUIRE", "ncu")
+    monkeypatch.setenv("NSPY_TUTORIAL_BACKEND", "cupti")
+    monkeypatch.setenv("NSPY_TUTORIAL_STRICT", "1")
+    out = tmp_path / "results"
+    assert run_main(notebooks_dir, out) == 1
+    (entry,) = json.loads((out / "results.json").read_text())["notebooks"]
+    (record,) = entry["sections"]
+    assert record["status"] == "FAILED" and record["reason"].startswith("required `ncu` is missing: ")
+
+
 def run_cli(notebooks_dir: Path, out: Path, *extra: str, **popen: object) -> subprocess.Popen[str]:
     """``nspy-tutorial run`` as its own process (this checkout's package), output captured."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "nspy_tutorial.runner", "run", "--notebooks-dir", str(notebooks_dir)]
+    command = [sys.executable, "-m", "nspy_tutorial.cli", "run", "--notebooks-dir", str(notebooks_dir)]
     return subprocess.Popen(
         [*command, "--out", str(out), *extra],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen,

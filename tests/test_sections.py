@@ -305,6 +305,31 @@ def test_require_is_case_insensitive(monkeypatch):
     assert only_record().status == FAILED
 
 
+def test_a_skip_lacking_several_needs_fails_when_any_of_them_is_required(monkeypatch):
+    monkeypatch.setenv("NSPY_TUTORIAL_REQUIRE", "ncu")
+    with section("5. Counters"):
+        raise Skip("needs a GPU: none here", "change the runtime type", needs=("gpu", "ncu"))
+    rec = only_record()
+    assert rec.status == FAILED
+    assert rec.reason == "required `ncu` is missing: needs a GPU: none here"
+    assert rec.needs == "gpu"  # the first need: what the card groups by
+
+
+def test_a_skip_lacking_several_needs_stays_skipped_when_none_is_required(monkeypatch):
+    monkeypatch.setenv("NSPY_TUTORIAL_REQUIRE", "triton")
+    with section("5. Counters"):
+        raise Skip("needs a GPU: none here", "change the runtime type", needs=("gpu", "ncu"))
+    rec = only_record()
+    assert (rec.status, rec.needs) == (SKIPPED, "gpu")
+
+
+def test_skip_needs_is_the_first_need_and_lacks_all_of_them():
+    assert (Skip("r", "m", needs="gpu").needs, Skip("r", "m", needs="gpu").lacks) == ("gpu", ("gpu",))
+    assert (Skip("r", "m", needs=("gpu", "cc8.0")).needs, Skip("r", "m", needs=("gpu", "cc8.0")).lacks) == (
+        "gpu", ("gpu", "cc8.0"))
+    assert (Skip("r", "m").needs, Skip("r", "m").lacks) == ("", ())
+
+
 def test_skip_records_what_it_needs():
     with section("2. Needs a GPU"):
         raise Skip("needs a GPU", "change the runtime type", needs="gpu")
