@@ -177,8 +177,13 @@ def markdown(path: Path) -> str:
     return "\n".join(cell.source for cell in read(path).cells if cell.cell_type == "markdown")
 
 
+def python_source(cell: nbformat.NotebookNode) -> str:
+    """A code cell's Python: the body of a ``%%writefile NAME.py`` cell is the module it writes."""
+    return re.sub(r"\A%%writefile \S+\n", "", cell.source)
+
+
 def trees(path: Path) -> list[ast.AST]:
-    return [ast.parse(cell.source) for cell in code_cells(read(path))]
+    return [ast.parse(python_source(cell)) for cell in code_cells(read(path))]
 
 
 def first_cell_with(cells: list[nbformat.NotebookNode], pattern: str) -> int | None:
