@@ -86,7 +86,7 @@ def test_one_visible_if_picks_the_tool_and_both_branches_get_the_same_settings()
     cell = measuring[0]
     assert "nsight.analyze.kernel(configs=[CONFIG], **SETTINGS)(rk.limits)" in cell
     assert "configs=[CONFIG],\n" in cell and "**SETTINGS)" in cell
-    assert cell.count('print("  " + nt.rules(source))') == 1
+    assert cell.count('nt.rules(source, cache_control="all", clock_control="none")') == 1  # what nsight_table runs
 
 
 def test_every_decorator_is_visible_silent_and_without_thermal_pauses():
@@ -349,3 +349,78 @@ def test_a_fused_attention_needs_only_q_k_v_and_the_output(nb, rk):
     assert model["attention, flash"][1] == model[rk.DEFAULT][1] == 2 * 4 * b * h * s * dh
     assert model[rk.MATH_HALF][1] - model["attention, flash"][1] == 2 * 4 * b * h * s * s
     assert model[rk.MATH_FP32][1] - model["attention, flash"][1] == 4 * 4 * b * h * s * s
+
+
+# --- every section's cells, run on kept tables as the GPU would run them ----------------------------
+
+def roofs_table(rk) -> pd.DataFrame:
+    """Section 1's table as nsight-python returns it (durations only), H200-like, streams of 960 MiB."""
+    times = {"x.sum()": 251e3, "y = x * 2": 468e3, rk.CLEAN: 462e3, "y = x + w": 686e3, "y = addcmul(x, w, v)": 905e3,
+             "fp16 matmul": 1.415e6, "bf16 matmul": 1.362e6, "fp32 matmul": 18.96e6}
+    return pd.DataFrame([{"Annotation": name, "Metric": TIME, "AvgValue": t, "StdDev": 0.005 * t, "MinValue": 0.99 * t,
+                          "MaxValue": 1.01 * t, "NumRuns": 10, "Kernel": "k", "Unit": "ns"} for name, t in times.items()])
+
+
+@pytest.mark.parametrize("backend", ["ncu", "cupti"])
+def test_every_section_runs_on_kept_tables_through_either_branch(tmp_path, monkeypatch, capsys, backend):
+    """The notebook's own cells, sections 1 to 4 and the summary, with the profilers replaced by kept tables:
+    the Nsight Compute backend's branch (every Colab reader's) and the ncu command line's (an older ncu)."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+    import nsight
+
+    import nspy_tutorial as nt
+    from nspy_tutorial import gpu_facts, ncu_cli, sections
+
+    matplotlib.use("Agg")
+    monkeypatch.setattr(plt, "show", lambda: plt.savefig(tmp_path / "roofline.png"))
+    rk = import_module(STEM, "roofline_kernels", tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(rk, "sdpa_unavailable", lambda b, *args: None if b == "FLASH_ATTENTION" else "not probed")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (140 * 10**9, 141 * 10**9))
+    call, kept = fixture(f"{STEM}--limits")
+    tables, seen = {"roofs": roofs_table(rk), "limits": kept}, {}
+
+    def kernel(**settings):  # nsight.analyze.kernel(...)(func)(*config).to_dataframe()
+        def decorate(func):
+            def run(*args):
+                seen[func.__name__] = (settings, args)
+                return SimpleNamespace(to_dataframe=lambda: tables[func.__name__])
+            return run
+        return decorate
+
+    def nsight_table(script, func, **settings):
+        seen["ncu-cli"] = (script, func, settings)
+        return tables[func.__name__]
+
+    monkeypatch.setattr(nsight.analyze, "kernel", kernel)
+    monkeypatch.setattr(ncu_cli, "nsight_table", nsight_table)
+    facts = gpu_facts.DeviceFacts(name="NVIDIA H200", compute_capability=(9, 0), sm_count=132, l2_bytes=H200_L2,
+                                  memory_bytes=150 * 10**9, max_sm_clock_mhz=1980, max_mem_clock_mhz=3201,
+                                  memory_bus_width_bits=6144)
+    env = SimpleNamespace(facts=facts, datasheet=gpu_facts.datasheet_for("NVIDIA H200"), backend=backend,
+                          ncu_path="/usr/local/cuda/bin/ncu", gpu_name="NVIDIA H200", require=lambda need: None)
+    namespace = {"ENV": env, "nt": nt}
+    cells = re.split(r"^# %%", source(STEM), flags=re.M)[1:]
+    code = [c.split("\n", 1)[1] for c in cells if not c.startswith((" [markdown]", " writefile"))]
+    sections.reset()
+    sections.set_notebook(STEM)
+    try:
+        for cell in code:
+            exec(compile(cell.replace("{{SETUP}}", ""), STEM, "exec"), namespace)
+        records = {r.section.split(".")[0]: r for r in sections.records()}
+    finally:
+        sections.reset()
+    assert {k: r.status for k, r in records.items()} == {"1": "OK", "2": "OK", "3": "OK", "4": "OK"}, records
+    assert tuple(namespace["CONFIG"]) == tuple(call["configs"][0])  # the sizes the notebook picks on an H200
+    if backend == "ncu":
+        settings, args = seen["limits"]
+        assert settings["configs"] == [namespace["CONFIG"]] and "ncu-cli" not in seen
+    else:
+        script, func, settings = seen["ncu-cli"]
+        assert script == "roofline_kernels.py" and func.__name__ == "limits" and settings["configs"] == [namespace["CONFIG"]]
+    assert settings["metrics"] == call["metrics"] and settings["runs"] == call["runs"]
+    assert "neither" in records["3"].result and "compute-bound" in records["2"].result
+    assert (tmp_path / "roofline.png").stat().st_size > 10_000
+    out = capsys.readouterr().out
+    assert "clocks free to boost (clock_control='none')" in out.split("2. Limited by what?")[1]  # nsight_table's rules

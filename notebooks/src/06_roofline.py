@@ -365,7 +365,7 @@ with nt.section("2. Limited by what? The seed's three kernels, three ways") as s
         ENV.require("ncu-cli")
         table, source = ncu_cli.nsight_table("roofline_kernels.py", rk.limits, ncu=ENV.ncu_path, configs=[CONFIG],
                                              **SETTINGS), "ncu-cli"
-    print("  " + nt.rules(source))
+    print("  " + nt.rules(source, cache_control="all", clock_control="none"))  # nsight-python's defaults, both tools
     LIMITS = place(table, kernel_model(*CONFIG), roofs)
     seed = LIMITS.loc[SEED]
     show(seed, ["time_us", "± us", "roof", "AI formula", "AI measured", "ridge", "% of roof", "verdict", "SM %", "DRAM %",
@@ -479,9 +479,10 @@ with nt.section("4. The roofline plot") as s:
         y, angle = r["TFLOP/s"] * 1e12, 2.4 * i  # labels placed round their dots: two dots in one place stay readable
         ax.plot(r["AI measured"], y, "o", color=colors[r.roof], ms=6)
         ax.plot(r["AI formula"], y, "o", mfc="none", color=colors[r.roof], ms=9, alpha=0.6)
-        ax.annotate(str(i), (r["AI measured"], y), textcoords="offset points", xytext=(9 * np.cos(angle), 9 * np.sin(angle)),
-                    fontsize=8, ha="center", va="center")
+        ax.annotate(str(i), (r["AI measured"], y), textcoords="offset points", xytext=(18 * np.cos(angle), 18 * np.sin(angle)),
+                    fontsize=8, ha="center", va="center", arrowprops=dict(arrowstyle="-", lw=0.5, color="gray"))
         ax.plot([], [], " ", label=f"{i}: {name}")
+    ax.plot([], [], "o", mfc="none", color="gray", label="ring: the formula's intensity")
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP per DRAM byte)", ylabel="FLOP/s",
            title=f"Roofline of {ENV.gpu_name}")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1)); ax.grid(True, which="major", alpha=0.3)
