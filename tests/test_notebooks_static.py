@@ -177,8 +177,13 @@ def markdown(path: Path) -> str:
     return "\n".join(cell.source for cell in read(path).cells if cell.cell_type == "markdown")
 
 
+def python_source(cell: nbformat.NotebookNode) -> str:
+    """A code cell's Python: a ``%%writefile`` cell's body is the module it writes."""
+    return cell.source.split("\n", 1)[1] if cell.source.startswith("%%writefile ") else cell.source
+
+
 def trees(path: Path) -> list[ast.AST]:
-    return [ast.parse(cell.source) for cell in code_cells(read(path))]
+    return [ast.parse(python_source(cell)) for cell in code_cells(read(path))]
 
 
 def first_cell_with(cells: list[nbformat.NotebookNode], pattern: str) -> int | None:
