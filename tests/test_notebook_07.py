@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -48,7 +50,7 @@ def fk(tmp_path_factory):
 
 def notebook(fk, **extra):
     """The notebook's analysis functions, compiled with the globals they use."""
-    namespace = dict(fk=fk, pd=pd, np=np, stats=stats, TIME=TIME, READ=READ, WRITE=WRITE, nt=Claims(),
+    namespace = dict(fk=fk, pd=pd, np=np, stats=stats, Counter=Counter, TIME=TIME, READ=READ, WRITE=WRITE, nt=Claims(),
                      SETTINGS={"cache_control": "all", "clock_control": "none"}, L2=H200_L2, **extra)
     return functions(STEM, "hand_counts", "variants", "as_counted", "slower_by", "report", **namespace)
 
@@ -239,3 +241,89 @@ def test_each_measured_section_decides_the_tool_in_one_if_and_both_branches_use_
     settings = re.search(r"SETTINGS = dict\((.*?)\)\n", src, flags=re.S).group(1)
     for setting in ('thermal_mode="off"', "verbosity=SILENT", "combine_kernel_metrics=add"):
         assert setting in settings
+
+
+# --- the sections' cells, both branches, on the kept tables -------------------------------------
+
+def code_cells() -> list[str]:
+    parts = re.split(r"^# %%", source(STEM), flags=re.M)[1:]
+    return [part.split("\n", 1)[1] for part in parts if not part.startswith(" [markdown]")]
+
+
+def cell_with(text: str) -> str:
+    found = [body for body in code_cells() if text in body]
+    assert len(found) == 1, text
+    return found[0]
+
+
+def roof_table(fk, n, hidden):
+    """What nsight-python returns for fk.roof: one time row per annotation (streams near 4 TB/s)."""
+    vector = 4 * n
+    times = {name: k * vector / 4.1e3 * (1 + 0.01 * k) for name, k in fk.STREAMS.items()}
+    times[fk.COMPILED] = (2 * vector + 4 * hidden) / 3.8e3
+    return pd.DataFrame([{"Annotation": name, "Metric": TIME, "AvgValue": ns, "StdDev": ns / 300, "NumRuns": 3,
+                          "Kernel": "k"} for name, ns in times.items()])
+
+
+@pytest.mark.parametrize("backend", ["ncu", "cupti"])
+def test_every_section_runs_to_ok_on_the_kept_tables(fk, backend, monkeypatch, capsys):
+    """Sections 1-4 as the notebook has them, with the GPU replaced: nsight-python's Nsight Compute backend
+    (backend "ncu") and the ncu command line (backend "cupti") both hand over the kept tables."""
+    import nspy_tutorial as nt
+    from nspy_tutorial import sections
+
+    _, fusion, (n,) = kept("fusion")
+    _, gelu, (rows, hidden) = kept("gelu")
+    tables = {"fusion": fusion, "gelu": gelu, "roof": roof_table(fk, n, hidden)}
+    calls = []
+
+    def kernel(**settings):
+        calls.append(("nsight", settings))
+        return lambda func: lambda: SimpleNamespace(to_dataframe=lambda: tables[func.__name__].copy())
+
+    def nsight_table(script, func, **settings):
+        calls.append(("ncu-cli", settings))
+        assert script == "fusion_kernels.py"
+        return tables[func.__name__].copy()
+
+    randn = torch.randn
+    namespace = {"nt": nt, "ENV": SimpleNamespace(facts=None)}
+    exec(compile(cell_with("SETTINGS = dict("), "constants", "exec"), namespace)
+    helpers = "\n".join(line for line in cell_with("def hand_counts(").splitlines()
+                        if not line.startswith(("import fusion_kernels", "fk = importlib.reload")))
+    namespace.update(
+        fk=SimpleNamespace(**{k: v for k, v in vars(fk).items() if not k.startswith("__")} | {
+            "compiled_gelu": fk.gelu_by_hand}),
+        ENV=SimpleNamespace(backend=backend, ncu_path="/opt/ncu", gpu_name="NVIDIA H200", require=lambda what: None,
+                            require_compute_capability=lambda *args: None,
+                            facts=SimpleNamespace(max_mem_clock_mhz=3201, memory_bus_width_bits=6144),
+                            datasheet=SimpleNamespace(mem_bandwidth_gbs=SimpleNamespace(value=4800.0))),
+        N=n, ROWS=8, HIDDEN=hidden, VECTOR=4 * n, L2=H200_L2,
+        nsight=SimpleNamespace(analyze=SimpleNamespace(kernel=kernel)),
+        ncu_cli=SimpleNamespace(nsight_table=nsight_table),
+        importlib=SimpleNamespace(util=SimpleNamespace(find_spec=lambda name: object())),
+        torch=SimpleNamespace(randn=lambda *shape, device=None: randn(*shape),
+                              cuda=SimpleNamespace(synchronize=lambda: None)))
+    exec(compile(helpers, "helpers", "exec"), namespace)
+    monkeypatch.setattr(plt_module(), "show", lambda: None)
+    sections.reset()
+    for marker in ('nt.section("1.', 'nt.section("2.', 'nt.section("3.', 'nt.section("4.'):
+        exec(compile(cell_with(marker), marker, "exec"), namespace)
+    records = sections.records()
+    assert [r.status for r in records] == ["OK"] * 4, [(r.section, r.reason) for r in records]
+    assert [who for who, _ in calls] == (["nsight"] * 3 if backend == "ncu" else ["ncu-cli", "ncu-cli", "nsight"])
+    printed = capsys.readouterr().out
+    assert ("ncu command line" in printed) == (backend == "cupti")
+    assert "GELU by hand, eager takes 9.9x as long as GELU, torch.compile" in printed
+    assert "F.gelu, eager takes 2.1x as long as GELU, torch.compile" in printed
+    assert "(elementwise_kernel, 8 x vectorized_elementwise_kernel)" in printed
+    assert re.match(r"compiled GELU 3,800 GB/s = 9\d % of its same-mix stream", records[2].result)
+
+
+def plt_module():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -28,6 +28,7 @@
 # %%
 import importlib.util
 import time
+from collections import Counter
 
 import matplotlib.pyplot as plt
 import nsight
@@ -203,9 +204,9 @@ def report(table: pd.DataFrame, source: str) -> pd.DataFrame:
     t = variants(table, hand_counts(N, HIDDEN))
     print(t.to_string(float_format="{:,.1f}".format))
     for name, r in t.iterrows():
-        kernels = table[(table.Annotation == name) & (table.Metric == TIME)].Kernel.iloc[0].split("|")
+        kernels = Counter(table[(table.Annotation == name) & (table.Metric == TIME)].Kernel.iloc[0].split("|"))
         nt.claim(r["kernels"] == r["counted"], f"{name} launches the {r['counted']:.0f} kernel(s) counted by hand",
-                 ", ".join(nt.short_kernel_name(k) for k in kernels))
+                 ", ".join(f"{c} x " * (c > 1) + nt.short_kernel_name(k) for k, c in kernels.items()))
         nt.claim(as_counted(r, L2), f"{name}: the DRAM counters read the bytes counted by hand (writes: within one "
                  "L2 per kernel)", f"read {r['read MB']:,.0f} of {r['counted read MB']:,.0f} MB, "
                  f"wrote {r['write MB']:,.0f} of {r['counted write MB']:,.0f} MB")
