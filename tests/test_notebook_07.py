@@ -314,8 +314,8 @@ def test_every_section_runs_to_ok_on_the_kept_tables(fk, backend, monkeypatch, c
     assert [who for who, _ in calls] == (["nsight"] * 3 if backend == "ncu" else ["ncu-cli", "ncu-cli", "nsight"])
     printed = capsys.readouterr().out
     assert ("ncu command line" in printed) == (backend == "cupti")
-    assert "GELU by hand, eager takes 9.9x as long as GELU, torch.compile" in printed
-    assert "F.gelu, eager takes 2.1x as long as GELU, torch.compile" in printed
+    for slow in ("GELU by hand, eager", "F.gelu, eager"):  # the ratios are the kept table's
+        assert re.search(rf"{slow} takes \d+\.\dx as long as GELU, torch.compile: \+[\d,.]+ us \[\+", printed)
     assert "(elementwise_kernel, 8 x vectorized_elementwise_kernel)" in printed
     assert re.match(r"compiled GELU 3,800 GB/s = 9\d % of its same-mix stream", records[2].result)
 
