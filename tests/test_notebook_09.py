@@ -216,8 +216,8 @@ def row(**values) -> dict:
     ({}, "no difference detected"),
     ({"all-none": 20.0, "kernels": 2}, "flush +20.0 % (also between its kernels)"),
     ({"none-CUPTI": 10.0, "clock none MHz": 1755.0}, "the clock can account for it (up to +12.8 %)"),
-    ({"none-CUPTI": 10.0}, "1,980 of 1,980 MHz: more than the clock allows (up to +0.0 %)"),
-    ({"none-CUPTI": 20.0, "none-CUPTI ±": 2.0, "clock none MHz": 1755.0}, "more than the clock allows (up to +12.8 %)"),
+    ({"none-CUPTI": 10.0}, "1,980 of 1,980 MHz: more than the clock can explain (up to +0.0 %)"),
+    ({"none-CUPTI": 20.0, "none-CUPTI ±": 2.0, "clock none MHz": 1755.0}, "more than the clock can explain (up to +12.8 %)"),
     ({"none-CUPTI": -5.0}, "unflushed -5.0 % at 1,980 of 1,980 MHz: faster than CUPTI"),
 ], ids=["nothing", "flush, split-K", "slow clock", "clock at max", "gap above the clock's bound", "faster"])
 def test_the_clock_column_is_read_against_the_rated_maximum(values, expected):

@@ -269,7 +269,7 @@ with nt.section("0. Who measures what on this machine") as s:
     print(f"  CUPTICollector.__init__ takes: {', '.join(params)} -- no cache_control, no clock_control")
     ONE_LIBCUPTI, note = torch_cupti(TORCH_CUDA)
     print(f"  libcupti: {note}")
-    s.result = (f"{ENV.backend} here, the other tool in another process on cupti_ncu_kernels.py" if ENV.backend
+    s.result = (f"{ENV.backend} backend here, the other tool in another process on cupti_ncu_kernels.py" if ENV.backend
                 else f"no backend here: {ENV.gpu_problem or ENV.backend_reason}")
 
 # %% [markdown]
@@ -338,8 +338,10 @@ with nt.section("2. Nsight Compute times the same workload, flushed and not") as
 # t quantile is well above nsight-python's 1.96). An interval that contains 0 means *no
 # difference detected at this run count*, not "equal". Then read three columns together:
 #
-# - **all − none**: what the flush costs. For a kernel that fits in the L2 it is the cold start;
-#   for a split-K matmul (two kernels per run) also the flush between its GEMM and its reduction.
+# - **all − none**: what the flush costs: a cold L2 at each kernel's start, and for a split-K
+#   matmul (two kernels per run) also the flush between its GEMM and its reduction, which then
+#   reads the partial sums from DRAM. A run's kernels are added up, so this table cannot split
+#   those two; the `kernels` column says which rows carry both.
 # - **the clock columns**: the clock each kernel ran at under Nsight Compute, against the GPU's
 #   rated maximum (`ComputeClock`). A kernel bound by the SM clock takes max/clock times as long,
 #   so `max/clock − 1` is the most the clock can add. CUPTI cannot read the clock; a busy GPU
@@ -365,7 +367,7 @@ def reading(r) -> str:
     if abs(r["none-CUPTI"]) > r["none-CUPTI ±"]:
         bound = 100 * (r["max MHz"] / r["clock none MHz"] - 1)  # the most the clock can add
         why = ("faster than CUPTI" if r["none-CUPTI"] < 0 else "the clock can account for it"
-               if r["none-CUPTI"] - r["none-CUPTI ±"] <= bound else "more than the clock allows")
+               if r["none-CUPTI"] - r["none-CUPTI ±"] <= bound else "more than the clock can explain")
         said.append(f"unflushed {r['none-CUPTI']:+.1f} % at {r['clock none MHz']:,.0f} of {r['max MHz']:,.0f} MHz: "
                     f"{why} (up to {bound:+.1f} %)")
     return "; ".join(said) or "no difference detected"
@@ -391,7 +393,7 @@ with nt.section("3. Side by side: how much longer, and why") as s:
         raise nt.Skip("needs both tools' tables, from sections 1 and 2", "see the reasons of sections 1 and 2 above",
                       needs="cupti" if "CUPTI" not in globals() else "ncu-cli")
     SIDE = compare(CUPTI["table"], NCU)
-    nt.show(SIDE, ["op", "CUPTI us", "all us", "none us", "clock all MHz", "clock none MHz", "all-CUPTI",
+    nt.show(SIDE, ["op", "kernels", "CUPTI us", "all us", "none us", "clock all MHz", "clock none MHz", "all-CUPTI",
                    "all-CUPTI ±", "all-none", "all-none ±", "none-CUPTI", "none-CUPTI ±"], fmt="{:,.1f}")
     print("\n".join(f"  {r.op}: {r.reading}" for r in SIDE.itertuples()))
     counts = {name: list(times(t).kernels) for name, t in (("CUPTI", CUPTI["table"]), *NCU.items())}
@@ -400,7 +402,8 @@ with nt.section("3. Side by side: how much longer, and why") as s:
     nt.claim(abs(big["all-CUPTI"]) < 5, f"for {big.op} the two tools agree within 5 %", f"{big['all-CUPTI']:+.2f} %")
     nt.claim(top <= 1.05 * big["max MHz"], "no kernel ran above the rated maximum clock (within 5 %)",
              f"{top:,.0f} of {big['max MHz']:,.0f} MHz")
-    s.result = "; ".join(f"{r.op}: {r.reading}" for r in SIDE.iloc[[1, -1]].itertuples())
+    s.result = "; ".join(f"{r['op']}: {r['all-CUPTI']:+.1f} % under Nsight Compute, {r['all-none']:+.1f} of it the flush, "
+                         f"at {r['clock all MHz']:,.0f} MHz" for r in SIDE.iloc[[1, -1]].to_dict("records"))
 
 # %% [markdown]
 # ## 4. Two more clocks on the same launches: CUDA events and wall time
