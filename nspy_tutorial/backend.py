@@ -146,12 +146,16 @@ def cupti_problem(library: CuptiLibrary | None, python_available: bool) -> str |
 
 
 def preload_cupti(library: CuptiLibrary) -> None:
-    """Load ``library`` globally before torch loads its own (older) libcupti.
+    """Load ``library`` (libcupti 13.4+, ``libcupti.so.13``) globally before torch loads its own.
 
-    torch links libcupti by soname; once a newer libcupti with that soname is loaded
-    with RTLD_GLOBAL, torch's request resolves to it. Without this, nsight's CUPTI
-    activation fails with ``ERROR_INVALID_PARAMETER`` from ``subscribe_v2``
-    (measured on the project's GPU test machine).
+    torch links libcupti by soname, ``libcupti.so.<major of torch.version.cuda>``. For a
+    CUDA 13 torch that is ``libcupti.so.13``: once the newer copy with that soname is loaded
+    with RTLD_GLOBAL, torch's request resolves to it, and the process holds one libcupti.
+    Without this, nsight's CUPTI activation fails with ``ERROR_INVALID_PARAMETER`` from
+    ``subscribe_v2`` (measured on the project's GPU test machine, torch cu130). A CUDA 12
+    torch asks for ``libcupti.so.12``, which this library cannot stand in for: torch then
+    loads its own beside it, and the process holds two libcupti (nsight's CUPTI backend
+    uses this one; ``torch.profiler`` torch's). Not measured on the test machine.
     """
     ctypes.CDLL(library.path, mode=ctypes.RTLD_GLOBAL)
 
