@@ -43,6 +43,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 
 import pandas as pd
@@ -391,10 +392,13 @@ def nsight_table(script: str, func, *, ncu: str, configs: Sequence, runs: int = 
     cmd = nsight_command(ncu, script, func.__name__, configs, runs, metrics, report, cache_control,
                          clock_control, replay_mode)
     print(f"  $ {command_text(cmd)}")
+    started = time.perf_counter()
     run(cmd, timeout=timeout)
+    profiled = time.perf_counter()
     table = read_nsight_table(report, func, configs, runs, metrics, combine_kernel_metrics=combine_kernel_metrics,
                               derive_metric=derive_metric, normalize_against=normalize_against,
                               ignore_kernel_list=ignore_kernel_list)
+    print(f"  (ncu ran {profiled - started:.1f} s, its report was read in {time.perf_counter() - profiled:.1f} s)")
     keep_table(table, func, configs, runs, metrics, name=os.path.basename(report).removesuffix(".ncu-rep"))
     return table
 
