@@ -199,12 +199,12 @@ if __name__ == "__main__":
         ncu_cli.replay(globals())
 
 # %%
-import inspect
 import os
 import subprocess
 import sys
 
 import cupti_ncu_kernels as ck
+import matplotlib.pyplot as plt
 import nsight
 import numpy as np
 import pandas as pd
@@ -221,8 +221,7 @@ CUPTI_REMEDY = f"`pip install 'nsight-python[cupti]'`, or for the child only: `{
 
 
 def cupti_child(function: str) -> dict:
-    """Run `python cupti_ncu_kernels.py cupti <function>`; cupti-python from this notebook's packages, else from
-    CUPTI_DIR (on Colab installed there first; on the child's PYTHONPATH only), else nt.Skip."""
+    """`python cupti_ncu_kernels.py cupti <function>`, with cupti-python from here or CUPTI_DIR (Colab: pip), else Skip."""
     if backend.cupti_problem(backend.find_cupti_library(), backend.cupti_python_available()):
         if ENV.on_colab and not os.path.isdir(os.path.join(CUPTI_DIR, "cupti")):
             print(f"  $ {ncu_cli.command_text(CUPTI_INSTALL)}")
@@ -260,13 +259,9 @@ def torch_cupti(torch_cuda: str | None) -> tuple[bool | None, str]:
 # - **CUPTI active here** (an older ncu): Nsight Compute's side comes from the `ncu` command line
 #   in launch mode on the same file, with nsight-python's defaults (`--cache-control all
 #   --clock-control none`, not the command line's own `--clock-control base`).
-#
-# The CUPTI collector does not even accept the two control options -- read from its signature.
 
 # %%
 with nt.section("0. Who measures what on this machine") as s:
-    params = [p for p in inspect.signature(nsight.collection.cupti.CUPTICollector.__init__).parameters if p != "self"]
-    print(f"  CUPTICollector.__init__ takes: {', '.join(params)} -- no cache_control, no clock_control")
     ONE_LIBCUPTI, note = torch_cupti(TORCH_CUDA)
     print(f"  libcupti: {note}")
     s.result = (f"{ENV.backend} backend here, the other tool in another process on cupti_ncu_kernels.py" if ENV.backend
@@ -331,7 +326,7 @@ with nt.section("2. Nsight Compute times the same workload, flushed and not") as
     s.result = f"Nsight Compute ({source}): cache_control all and none, {NCU_SETTINGS['runs']} runs each"
 
 # %% [markdown]
-# ## 3. Side by side: how much longer, and why
+# ## 3. Side by side, and a plot: how much longer, and why
 #
 # For each kernel: the three means, and their differences in % of CUPTI's mean with a **Welch**
 # 95 % interval (independent samples, different spreads and run counts; with so few runs the
@@ -387,15 +382,21 @@ def compare(cupti: pd.DataFrame, ncu: dict) -> pd.DataFrame:
     return out.reset_index(names="op")
 
 
-with nt.section("3. Side by side: how much longer, and why") as s:
+with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
     ENV.require("profiler")
-    if "CUPTI" not in globals() or "NCU" not in globals():
+    if "CUPTI" not in globals() or "NCU" not in globals():  # a need of section 1 (cupti) or 2 (ncu-cli) was missing
         raise nt.Skip("needs both tools' tables, from sections 1 and 2", "see the reasons of sections 1 and 2 above",
                       needs="cupti" if "CUPTI" not in globals() else "ncu-cli")
     SIDE = compare(CUPTI["table"], NCU)
     nt.show(SIDE, ["op", "kernels", "CUPTI us", "all us", "none us", "clock all MHz", "clock none MHz", "all-CUPTI",
                    "all-CUPTI ±", "all-none", "all-none ±", "none-CUPTI", "none-CUPTI ±"], fmt="{:,.1f}")
     print("\n".join(f"  {r.op}: {r.reading}" for r in SIDE.itertuples()))
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    for shift, cache in ((-0.1, "all"), (0.1, "none")):  # each difference with its Welch 95 % interval
+        ax.errorbar(np.arange(len(SIDE)) + shift, SIDE[f"{cache}-CUPTI"], yerr=SIDE[f"{cache}-CUPTI ±"], fmt="o",
+                    capsize=3, label=f"Nsight Compute, cache_control={cache!r}")
+    ax.set(xticks=range(len(SIDE)), xticklabels=SIDE.op, ylabel="difference, % of CUPTI's mean", title=ENV.gpu_name)
+    ax.axhline(0, color="grey", lw=0.8), ax.legend(fontsize=8), plt.tight_layout()
     counts = {name: list(times(t).kernels) for name, t in (("CUPTI", CUPTI["table"]), *NCU.items())}
     nt.claim(len({tuple(v) for v in counts.values()}) == 1, "all three measurements saw the same kernels per run", str(counts))
     big, top = SIDE.iloc[-1], SIDE[["clock all MHz", "clock none MHz"]].to_numpy().max()
@@ -430,11 +431,10 @@ def event_clocks(events: list, cupti: pd.DataFrame) -> pd.DataFrame:
 with nt.section("4. Two more clocks on the same launches: CUDA events and wall time") as s:
     ENV.require("profiler")
     if "CUPTI" not in globals():
-        raise nt.Skip("needs section 1's launches, and section 1 did not run", "see section 1's reason above",
-                      needs="cupti")
+        raise nt.Skip("needs section 1's launches; section 1 did not run", "see section 1's reason above", needs="cupti")
     EVENTS = event_clocks(CUPTI["events"], CUPTI["table"])
     nt.show(EVENTS, list(EVENTS.columns))
-    add, big = EVENTS.iloc[0], EVENTS.iloc[-1]
+    add, big = EVENTS.iloc[0], EVENTS.iloc[-1]  # the microsecond add, the longest matmul
     nt.claim(add["overhead %"] > 50, "for the microsecond add, CUDA events measure mostly overhead")
     nt.claim(big["overhead %"] < 5, f"for {big.op} the events' overhead is under 5 % of what they measure")
     s.result = f"events - kernel: {add['overhead %']:.0f} % of the add's events, {big['overhead %']:.2f} % of {big.op}'s"
@@ -447,8 +447,9 @@ with nt.section("4. Two more clocks on the same launches: CUDA events and wall t
 # 1. **A hardware counter.** Under CUPTI the only metric is `gpu__time_duration.sum`; ask for a
 #    counter and nsight-python refuses -- not at decoration (the collector is built lazily, for
 #    whichever tool is active), but at the first **call**, with a `ValueError`.
-# 2. **Cache and clock control.** The collector takes neither (section 0). Three decorators
-#    (`all/none`, `none/none`, `all/base`) time `x * 2` on a vector of a quarter of the L2, warm
+# 2. **Cache and clock control.** The collector takes neither (notebook 04 reads its signature).
+#    Three decorators (`all/none`, `none/none`, `all/base`) time `x * 2` on a vector of a quarter
+#    of the L2, warm
 #    from `torch.randn`, and a second configuration that flushes it **by hand** first. Had
 #    `cache_control="all"` flushed, the warm configuration would be as slow as the flushed one;
 #    that comparison sits inside one call, so the clock's state cannot decide it. The fastest
