@@ -88,8 +88,9 @@ def test_key_metrics_use_only_names_the_report_has():
     assert answers.value["SM clock"].endswith("MHz") and answers.value["duration"].endswith("us")
     clock = float(answers.value["SM clock"].split()[0].replace(",", ""))
     assert 100 < clock < 5000
-    if any("op_gmma" in m for m in have):  # a Hopper report: the GMMA row reads a GMMA metric
-        assert "gmma" in answers["metric used"]["tensor pipe, GMMA"]
+    if any("op_gmma" in m for m in have):  # a Hopper report: the wgmma row reads a GMMA metric
+        assert "gmma" in answers["metric used"]["wgmma instructions issued (GMMA)"]
+    assert "cycles_active" in answers["metric used"]["tensor pipe busy, any"]  # busy cycles, not instructions
 
 
 def test_key_metrics_say_what_is_missing():
