@@ -404,14 +404,18 @@ def tool_and_error(child: subprocess.CompletedProcess) -> str | None:
 
 
 with nt.section("8. NSPY_NCU_INIT_AT_IMPORT=0 in a child process") as s:
-    seen = {}
-    for value in ("1", "0"):
+    seen, started = {}, {}
+    for value in ("1", "0"):  # both children at once: each spends seconds importing torch and nsight
         child_env = {**ncu_cli.child_environment(), "NSPY_NCU_INIT_AT_IMPORT": value}
         cmd = [sys.executable, import_order.__file__, "import-nsight"]
         print(f"$ NSPY_NCU_INIT_AT_IMPORT={value} {shlex.join(cmd)}")
-        child = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=300)
+        started[value] = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for value, process in started.items():
+        out, err = process.communicate(timeout=300)
+        child = subprocess.CompletedProcess(process.args, process.returncode, out, err)
         seen[value] = tool_and_error(child)
-        print(f"  exit {child.returncode}; tool, load error -> {seen[value] or child.stderr.strip().splitlines()[-1:]}")
+        print(f"  NSPY_NCU_INIT_AT_IMPORT={value}: exit {child.returncode}; tool, load error -> "
+              f"{seen[value] or child.stderr.strip().splitlines()[-1:]}")
     nt.claim(seen["0"] == "None None", "with NSPY_NCU_INIT_AT_IMPORT=0, import nsight loads no tool and tries nothing",
              str(seen["0"]))
     kept_error = seen["1"] is not None and seen["1"].startswith("None ") and seen["1"] != "None None"

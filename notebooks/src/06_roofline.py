@@ -298,8 +298,10 @@ with nt.section("1. This GPU's roofs: datasheet and measured") as s:
 # **One measurement for sections 2 and 3.** Counters need Nsight Compute: nsight-python's
 # backend where it is active, else the `ncu` command line on the same module, which returns
 # nsight-python's own table. Each `ncu` launch costs seconds of start-up, so one launch
-# measures the kernels of both sections, three runs each: replayed with flushed caches the
-# counters barely vary from run to run, and three still give a Student-t interval. When an
+# measures the kernels of both sections, two runs each: every run replays some thirty kernels
+# over gigabyte buffers (the section's seconds are mostly that), replayed with flushed caches
+# the counters barely vary from run to run, and two still give a (wide) Student-t interval;
+# section 1 measured the run-to-run spread. When an
 # annotation launches several kernels, `combine` folds them: times and bytes add up,
 # percentages are weighted by duration (nsight-python hands it two kernels' metric arrays in
 # the order of `metrics=[...]`). In that table kernel names are bare function names
@@ -358,7 +360,7 @@ with nt.section("2. Limited by what? The seed's three kernels, three ways") as s
     FUSED_BACKEND = next((b for b, why in why_not.items() if why is None), "none")
     print("".join(f"  {rk.FUSED[b]} is not available here: {why}\n" for b, why in why_not.items() if why), end="")
     CONFIG = (4096, N_STREAM, ROWS, B, H, S, DH, HALF, FUSED_BACKEND)
-    SETTINGS = dict(runs=3, metrics=[TIME, SM_PCT, DRAM_PCT, DRAM_BYTES], combine_kernel_metrics=combine,
+    SETTINGS = dict(runs=2, metrics=[TIME, SM_PCT, DRAM_PCT, DRAM_BYTES], combine_kernel_metrics=combine,
                     thermal_mode="off", verbosity=SILENT)
     if ENV.backend == "ncu":  # nsight-python's Nsight Compute backend (Colab after notebook 01)
         table, source = nsight.analyze.kernel(configs=[CONFIG], **SETTINGS)(rk.limits)().to_dataframe(), "ncu"

@@ -304,11 +304,11 @@ with nt.section("1. CUPTI times the workload") as s:
 # reads the GEMM's partial sums from DRAM instead of the L2. A second run with
 # `cache_control="none"` takes the flush away and keeps everything else. Both collect the clock
 # each kernel ran at, `gpc__cycles_elapsed.avg.per_second` (cycles elapsed / duration), and
-# leave the clocks free (`clock_control="none"`) as CUPTI does. Five runs each: every run replays
-# every kernel, and section 3's Welch intervals say whether five were enough to tell.
+# leave the clocks free (`clock_control="none"`) as CUPTI does. Three runs each: every run replays
+# every kernel, and section 3's Welch intervals say whether three were enough to tell.
 
 # %%
-NCU_SETTINGS = dict(runs=5, metrics=[TIME, CLOCK], combine_kernel_metrics=ck.per_run, thermal_mode="off",
+NCU_SETTINGS = dict(runs=3, metrics=[TIME, CLOCK], combine_kernel_metrics=ck.per_run, thermal_mode="off",
                     verbosity=nsight.VerbosityLevel.SILENT)
 
 with nt.section("2. Nsight Compute times the same workload, flushed and not") as s:
