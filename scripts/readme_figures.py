@@ -61,13 +61,15 @@ class Figure:
 
 FIGURES = (
     Figure("roofline.png", "06", "plot",
-           "This GPU's roofs, measured and from the datasheet, with the transformer's operations placed by "
-           "their arithmetic intensity."),
+           "This GPU's roofs, measured and from the datasheet, with the seed's kernels and a Transformer layer's "
+           "operations placed by their measured arithmetic intensity (rings: the formula's), each in the colour "
+           "of the roof it is judged against."),
     Figure("fusion.png", "07", "plot",
-           "DRAM bytes and time per variant: unfused against fused, eager against torch.compile."),
+           "DRAM bytes (counted by hand and measured) and time per variant: a + b * c against addcmul, and "
+           "bias + GELU by hand, with F.gelu and with torch.compile."),
     Figure("cupti-vs-ncu.png", "09", "plot",
-           "The same matmuls timed by the CUPTI backend and by Nsight Compute: durations, their difference "
-           "and what each measurement cost."),
+           "Each kernel's time under Nsight Compute minus its time under the CUPTI backend, in % of CUPTI's "
+           "mean, with a Welch 95 % interval: with the cache flush (cache_control='all') and without ('none')."),
 )
 
 
