@@ -78,9 +78,15 @@ def _mangled_parts(name: str) -> tuple[list[str], list[str]]:
 
 
 def short_kernel_name(name: str) -> str:
-    """A kernel's name short enough for one line, readable whether it arrives mangled
-    (CUPTI: ``_ZN2at6native29vectorized_elementwise_kernel...``) or demangled (Nsight
-    Compute: ``void at::native::vectorized_elementwise_kernel<4, ...>(...)``).
+    """A kernel's name short enough for one line, in whichever form it arrives.
+
+    The CUPTI backend gives mangled names (``_ZN2at6native29vectorized_elementwise_kernel...``).
+    nsight-python's Nsight Compute backend -- and ``ncu_cli.nsight_table``, which reads reports
+    the same way -- gives the *bare function name* (``vectorized_elementwise_kernel``, ncu's
+    default ``action.name()``): no namespace, no template arguments, so two different kernels can
+    share one name (measured on the GPU test machine). A report read with ``ncu_report`` can give
+    the demangled form (``action.name(ncu_report.IAction.NameBase_DEMANGLED)``:
+    ``void at::native::vectorized_elementwise_kernel<4, ...>(...)``), which this also shortens.
 
     Keeps the qualified function name and, when the template arguments name one, the
     functor that says what it computes: ``at::native::vectorized_elementwise_kernel<CUDAFunctor_add>``.

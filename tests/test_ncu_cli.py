@@ -118,3 +118,17 @@ def test_to_base_units_reads_the_scaled_units_ncu_prints(value, unit, expected):
 def test_to_base_units_refuses_a_unit_it_does_not_know():
     with pytest.raises(ValueError, match="unexpected unit 'warp/cycle'"):
         ncu_cli.to_base_units(1.0, "warp/cycle")
+
+
+def test_a_child_is_started_only_after_torchs_cached_gpu_memory_is_released(tmp_path, monkeypatch):
+    """The notebook's cached blocks and the child's copy must not be held at once (a T4 has 15 GB)."""
+    import types
+
+    events = []
+    cuda = types.SimpleNamespace(is_initialized=lambda: True, empty_cache=lambda: events.append("empty_cache"))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    fake = tmp_path / "ncu"
+    fake.write_text(f"#!/bin/sh\necho started >> {tmp_path / 'log'}\n")
+    fake.chmod(0o755)
+    ncu_cli.run([str(fake)])
+    assert events == ["empty_cache"] and (tmp_path / "log").read_text() == "started\n"
