@@ -164,3 +164,13 @@ def test_no_error_output_or_traceback_in_executed_notebooks(run):
 def test_every_notebook_recorded_a_section(card):
     empty = [entry["notebook"] for entry in card["notebooks"] if not entry["sections"]]
     assert empty == []
+
+
+def test_without_gpu_every_skip_is_counted_under_no_gpu_even_a_section_that_needs_an_earlier_one(card):
+    """A section that depends on an earlier one is counted under the earlier one's reason (issue 15.3)."""
+    name, _, problem = probe_gpu()
+    if problem is None:
+        pytest.skip(f"NVML finds a GPU ({name})")
+    other = [(s["notebook"], s["section"], s["needs"]) for s in all_sections(card)
+             if s["status"] == "SKIPPED" and s["needs"] != "gpu"]
+    assert other == [] and card["headline"].split(" skipped ")[1].startswith("(no GPU)"), card["headline"]
