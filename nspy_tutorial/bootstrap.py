@@ -293,8 +293,10 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
     want_cupti = gpu_problem is None and (ncu_problem is not None or forced_cupti)
     if want_cupti and cupti_problem is None and library is not None:
         backend.preload_cupti(library)  # before torch can load its older libcupti
-    if gpu_problem is not None or forced_cupti:
-        os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"  # do not load Nsight Compute
+    if gpu_problem is not None or forced_cupti or ncu_problem is not None:
+        # Nothing for nsight to load (no GPU, CUPTI asked for, or no ncu new enough): it would
+        # only fail, and trying costs a second at every `import nsight`.
+        os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"
 
     import nsight  # Nsight Compute is loaded here, before anything starts CUDA
     from nsight.collection import ncu as nsight_ncu
@@ -309,6 +311,8 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
             ncu_problem = "not tried: NSPY_TUTORIAL_BACKEND=cupti"
         elif nsight_ncu.injection_load_error is not None:
             ncu_problem = first_line(str(nsight_ncu.injection_load_error))
+        elif ncu_problem is not None and gpu_problem is None:
+            ncu_problem = f"not tried: {ncu_problem}"
         reason = f"Nsight Compute is not active ({ncu_problem})"
         if want_cupti and cupti_problem is None:
             try:

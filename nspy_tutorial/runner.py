@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import datetime as dt
 import json
 import os
@@ -41,6 +42,7 @@ from typing import Any
 
 import nbformat
 import zmq
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from traitlets.config import Config
@@ -185,9 +187,9 @@ class Stop:
             signal.signal(signum, handler)
 
 
-def kill_kernel(client: NotebookClient) -> None:
-    """Kill the client's kernel and everything it started (its own process group), if any."""
-    provisioner = getattr(client.km, "provisioner", None)
+def kill_kernel(km: AsyncKernelManager | None) -> None:
+    """Kill a kernel and everything it started (its own process group), if it is running."""
+    provisioner = getattr(km, "provisioner", None)
     process = getattr(provisioner, "process", None)
     if process is None or process.poll() is not None:
         return
@@ -201,12 +203,78 @@ def kill_kernel(client: NotebookClient) -> None:
         pass  # it has just exited
 
 
+class KernelLoop:
+    """One asyncio event loop in a background thread, on which every kernel of a run is
+    started, driven by nbclient and shut down.
+
+    With one loop for the whole run, the next notebook's kernel (Python, IPython, ipykernel:
+    about a second) starts while the current notebook runs and is handed over when it is
+    done. The main thread only waits, so that it can react to Ctrl-C and SIGTERM.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="nbclient", daemon=True)
+        self.thread.start()
+
+    def submit(self, coroutine: Any) -> concurrent.futures.Future:
+        """Run ``coroutine`` on the loop; its result (or exception) arrives in the returned future."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+
+    def __enter__(self) -> KernelLoop:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+@dataclass
+class Kernel:
+    """A notebook's kernel, started on a :class:`KernelLoop` before the notebook needs it.
+
+    ``started`` is done once the kernel process runs (or failed to start).
+    """
+
+    loop: KernelLoop
+    km: AsyncKernelManager
+    started: concurrent.futures.Future
+    closed: bool = False
+
+    @classmethod
+    def start(cls, loop: KernelLoop, cwd: Path, records_file: Path) -> Kernel:
+        """Start a kernel for the notebook whose sections go to ``records_file``, running in ``cwd``.
+
+        Its environment tells the notebook where to write: ``NSPY_TUTORIAL_RESULTS`` (its
+        records) and ``NSPY_TUTORIAL_WORKDIR`` (its files, under the run's scratch folder).
+        IPython's history stays in memory, as under nbclient's own start.
+        """
+        km = AsyncKernelManager(kernel_name="python3", config=kernel_config(records_file.parent, records_file.stem))
+        env = {**os.environ, RESULTS_VAR: str(records_file), WORKDIR_VAR: str(records_file.parent / "work")}
+        arguments = ["--HistoryManager.hist_file=:memory:"]
+        return cls(loop, km, loop.submit(km.start_kernel(extra_arguments=arguments, cwd=str(cwd), env=env)))
+
+    def close(self) -> None:
+        """Kill the kernel (started or still starting) and remove its connection file; wait for both."""
+        if self.closed:
+            return
+        self.closed = True
+        kill_kernel(self.km)
+        try:
+            self.started.result(timeout=STOP_GRACE_SECONDS)
+        except Exception:  # it never started: nothing to shut down
+            return
+        self.loop.submit(self.km.shutdown_kernel(now=True)).result(timeout=STOP_GRACE_SECONDS)
+
+
 class Client(NotebookClient):
     """nbclient's client, remembering the cell it runs and stopping when the run is stopped.
 
-    A cell that timed out is still running in the kernel; nbclient's graceful shutdown
-    would then make the kernel print a ZMQError traceback on the terminal, so the kernel
-    is shut down immediately instead.
+    It drives a kernel the runner started (:class:`Kernel`), so nbclient neither starts nor
+    shuts it down: :func:`run_notebook` kills it when the notebook is done.
     """
 
     stop: Stop | None = None
@@ -216,14 +284,10 @@ class Client(NotebookClient):
         if self.stop is not None and self.stop.signum is not None:
             raise DeadKernelError("the run was interrupted")
         self.current_cell = cell_index
-        try:
-            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
-        except CellTimeoutError:
-            self.shutdown_kernel = "immediate"
-            raise
+        return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
 
 
-def kernel_config(socket_dir: Path) -> Config:
+def kernel_config(socket_dir: Path, name: str = "kernel") -> Config:
     """Kernel over IPC sockets in a private folder where the platform has them.
 
     Over TCP, ipykernel warns on every start that the traffic is not encrypted;
@@ -231,48 +295,55 @@ def kernel_config(socket_dir: Path) -> Config:
     """
     if not zmq.has("ipc"):
         return Config()
-    return Config({"KernelManager": {"transport": "ipc", "ip": str(socket_dir / "kernel")}})
+    return Config({"KernelManager": {"transport": "ipc", "ip": str(socket_dir / name)}})
 
 
 def run_notebook(
-    notebook: nbformat.NotebookNode, cwd: Path, records_file: Path, timeout: int, stop: Stop
+    notebook: nbformat.NotebookNode, cwd: Path, records_file: Path, timeout: int, stop: Stop,
+    kernel: Kernel | None = None,
 ) -> tuple[str, int | None] | None:
-    """Execute ``notebook`` in place in a fresh kernel.
+    """Execute ``notebook`` in place in a fresh kernel: ``kernel`` (started earlier) or a new one.
 
+    The kernel is killed when the notebook is done (its outputs are in: a graceful exit only
+    adds the second a process with torch and CUDA takes to end), or when the run is stopped.
     None on success, else why it stopped (one line) and the cell (1-based) it stopped in, if any.
     """
-    client = Client(
-        notebook,
-        timeout=timeout,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(cwd)}},
-        config=kernel_config(records_file.parent),
-    )
+    own_loop = None
+    if kernel is None:
+        own_loop = KernelLoop()
+        kernel = Kernel.start(own_loop, cwd, records_file)
+    client = Client(notebook, km=kernel.km, timeout=timeout, kernel_name="python3",
+                    resources={"metadata": {"path": str(cwd)}})
     client.stop = stop
-    # each notebook's files go to its own folder under the run's scratch, removed at the end
-    env = {**os.environ, RESULTS_VAR: str(records_file), WORKDIR_VAR: str(records_file.parent / "work")}
-    outcome: dict[str, BaseException] = {}
 
-    def work() -> None:
+    async def execute() -> None:
         try:
-            asyncio.run(client.async_execute(env=env))
-        except BaseException as error:  # reported by the main thread
-            outcome["error"] = error
+            await asyncio.wrap_future(kernel.started)
+            await client.async_execute()
+        finally:
+            if client.kc is not None:
+                client.kc.stop_channels()
+            # nbclient registers an exit-time cleanup of the kernel it drove; this one is ours
+            atexit.unregister(client._cleanup_kernel)
 
-    worker = threading.Thread(target=work, name=f"nbclient {records_file.stem}", daemon=True)
-    worker.start()
+    done = kernel.loop.submit(execute())
     deadline = None
-    while worker.is_alive():
-        worker.join(0.1)
-        if stop.signum is not None:
-            kill_kernel(client)  # again on every turn: the kernel may still be starting
-            deadline = deadline or time.monotonic() + STOP_GRACE_SECONDS
-            if time.monotonic() > deadline:
+    try:
+        while True:
+            concurrent.futures.wait([done], timeout=0.1)
+            if done.done():
+                error = done.exception()  # reported below, with the cell it stopped in
                 break
-    # nbclient leaves its exit-time kernel cleanup registered when the kernel dies while
-    # starting (e.g. killed by a stop); it would then fail at exit with an AssertionError.
-    atexit.unregister(client._cleanup_kernel)
-    error = outcome.get("error")
+            if stop.signum is not None:
+                kill_kernel(kernel.km)  # again on every turn: the kernel may still be starting
+                deadline = deadline or time.monotonic() + STOP_GRACE_SECONDS
+                if time.monotonic() > deadline:
+                    error = DeadKernelError("the run was interrupted")
+                    break
+    finally:
+        kernel.close()
+        if own_loop is not None:
+            own_loop.close()
     if error is None:
         return None
     cell = None if client.current_cell is None else client.current_cell + 1
@@ -297,7 +368,7 @@ def stop_reason(
 
 
 def execute_notebook(
-    path: Path, executed_dir: Path, records_dir: Path, timeout: int, stop: Stop
+    path: Path, executed_dir: Path, records_dir: Path, timeout: int, stop: Stop, kernel: Kernel | None = None
 ) -> NotebookResult:
     """Execute one notebook, save the executed copy (also after a failure), collect its sections.
 
@@ -308,10 +379,12 @@ def execute_notebook(
     try:
         notebook = nbformat.read(path, as_version=4)
     except Exception as error:
+        if kernel is not None:
+            kernel.close()
         why = f"cannot read {path.name}: {type(error).__name__}: {first_line(str(error))}"
         return NotebookResult(path.stem, FAILED, 0.0, error=why)
     records_file = records_dir / f"{path.stem}.jsonl"
-    error, cell = run_notebook(notebook, path.parent.resolve(), records_file, timeout, stop) or (None, None)
+    error, cell = run_notebook(notebook, path.parent.resolve(), records_file, timeout, stop, kernel) or (None, None)
     nbformat.write(notebook, executed_dir / path.name)
     sections = read_section_records(records_file)
     failed = error is not None or any(s.status == FAILED for s in sections)
@@ -487,19 +560,33 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
     started_at = now()
     results: list[NotebookResult] = []
     try:
-        with Stop() as stop, tempfile.TemporaryDirectory(prefix="nspy-run-") as scratch:
+        with Stop() as stop, tempfile.TemporaryDirectory(prefix="nspy-run-") as scratch, KernelLoop() as loop:
             (partial / "notebooks").mkdir(parents=True)
-            for index, path in enumerate(notebooks, 1):
-                if stop.signum is not None:
-                    break
-                label = f"[{index}/{len(notebooks)}] {path.stem} ..."
-                print(label, flush=True)
-                result = execute_notebook(path, partial / "notebooks", Path(scratch), timeout, stop)
-                if stop.signum is None:
-                    how = "FAILED after" if result.error else "done in"
-                    why = f"; {result.error}" if result.error else ""
-                    print(f"{label} {how} {result.seconds:.1f} s: {counts_text(result.counts())}{why}", flush=True)
-                results.append(result)
+
+            def kernel_for(path: Path) -> Kernel:
+                return Kernel.start(loop, path.parent.resolve(), Path(scratch) / f"{path.stem}.jsonl")
+
+            upcoming: Kernel | None = kernel_for(notebooks[0])
+            try:
+                for index, path in enumerate(notebooks, 1):
+                    if stop.signum is not None:
+                        break
+                    label = f"[{index}/{len(notebooks)}] {path.stem} ..."
+                    print(label, flush=True)
+                    # the next notebook's kernel starts while this one runs
+                    kernel, upcoming = upcoming, kernel_for(notebooks[index]) if index < len(notebooks) else None
+                    try:
+                        result = execute_notebook(path, partial / "notebooks", Path(scratch), timeout, stop, kernel)
+                    finally:
+                        kernel.close()  # also when execute_notebook did not use it
+                    if stop.signum is None:
+                        how = "FAILED after" if result.error else "done in"
+                        why = f"; {result.error}" if result.error else ""
+                        print(f"{label} {how} {result.seconds:.1f} s: {counts_text(result.counts())}{why}", flush=True)
+                    results.append(result)
+            finally:
+                if upcoming is not None:
+                    upcoming.close()
             if stop.signum is None:
                 card = build_card(results, started_at, now())
                 (partial / "results.json").write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")

@@ -512,6 +512,34 @@ def test_manual_setup_only_probes_and_prints_no_banner(monkeypatch, capsys):
     assert bootstrap._ENV is None and bootstrap._PENDING is env
 
 
+def test_setup_with_only_an_old_ncu_does_not_let_nsight_try_it(monkeypatch):
+    """nsight-python's attempt would only fail (ncu older than 2026.2.1) and costs a second per import."""
+    monkeypatch.delenv("NSPY_NCU_INIT_AT_IMPORT")
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: ("NVIDIA H200", "580.00", None))
+    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [OLD_NCU])
+    monkeypatch.setattr(backend, "cupti_python_available", lambda: False)
+    for name, module in fake_nsight(None).items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(bootstrap, "device_facts", lambda: facts("NVIDIA H200", (9, 0)))
+    env = bootstrap.setup("02_first_profile")
+    assert os.environ["NSPY_NCU_INIT_AT_IMPORT"] == "0"
+    assert env.backend is None
+    assert env.ncu_problem == f"not tried: {OLD_NCU.path} is 2025.3.1.0; nsight-python needs 2026.2.1.0 or newer"
+
+
+def test_setup_with_a_new_ncu_lets_nsight_load_it_at_import(monkeypatch):
+    monkeypatch.delenv("NSPY_NCU_INIT_AT_IMPORT")
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: ("Tesla T4", "580.00", None))
+    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [NEW_NCU])
+    monkeypatch.setattr(backend, "put_first_on_path", lambda directory: None)
+    for name, module in fake_nsight("ncu").items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(bootstrap, "device_facts", lambda: facts())
+    env = bootstrap.setup("02_first_profile")
+    assert "NSPY_NCU_INIT_AT_IMPORT" not in os.environ
+    assert (env.backend, env.ncu_problem) == ("ncu", None)
+
+
 def test_finish_without_manual_setup_says_what_to_call():
     with pytest.raises(RuntimeError, match='steps="manual"'):
         bootstrap.setup.finish()

@@ -99,7 +99,7 @@ def test_notebooks_run_in_numeric_order(notebooks_dir, tmp_path, monkeypatch):
         write_notebook(notebooks_dir, name, "pass")
     order: list[str] = []
 
-    def fake_execute(path, executed_dir, records_dir, timeout, stop):
+    def fake_execute(path, executed_dir, records_dir, timeout, stop, kernel=None):
         order.append(path.name)
         return stub_result(path)
 
@@ -533,3 +533,51 @@ def test_executed_copies_are_written(notebooks_dir, tmp_path):
     executed = nbformat.read(out / "notebooks" / "01_hello.ipynb", as_version=4)
     assert executed.cells[0].outputs[0]["text"] == "hello from the kernel\n"
     assert (out / "results.md").exists()
+
+
+# --------------------------------------------------------------------------
+# Kernels: the next one starts early, none is left behind
+# --------------------------------------------------------------------------
+
+BOOT_CLOCK_CELL = """\
+import os, time
+from pathlib import Path
+ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # start time, clock ticks after boot
+with open({log!r}, "a") as f:
+    f.write(f"{{os.getpid()}} {{ticks / os.sysconf('SC_CLK_TCK')}} {{time.clock_gettime(time.CLOCK_BOOTTIME)}}\\n")
+time.sleep({sleep})
+"""
+
+
+def kernel_children() -> list[int]:
+    """Live (not zombie) ipykernel processes started by this process."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] not in ("Z", "X") and b"ipykernel" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process start times from /proc")
+def test_the_next_notebooks_kernel_starts_while_the_current_one_runs(notebooks_dir, tmp_path):
+    log = tmp_path / "kernels.log"
+    write_notebook(notebooks_dir, "01_first.ipynb", BOOT_CLOCK_CELL.format(log=str(log), sleep=3))
+    write_notebook(notebooks_dir, "02_second.ipynb", BOOT_CLOCK_CELL.format(log=str(log), sleep=0))
+    assert run_main(notebooks_dir, tmp_path / "results") == 0
+    (pid1, _, ran1), (pid2, started2, _) = [tuple(map(float, line.split())) for line in log.read_text().splitlines()]
+    assert pid1 != pid2, "each notebook has a kernel of its own"
+    assert started2 < ran1 + 3, "the second kernel started only after the first notebook's cell ended"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
+def test_no_kernel_outlives_the_run_not_even_one_started_for_a_notebook_that_never_ran(notebooks_dir, tmp_path):
+    write_notebook(notebooks_dir, "01_fails.ipynb", "raise ValueError('stop here')")
+    (notebooks_dir / "02_unreadable.ipynb").write_text("not json")
+    write_notebook(notebooks_dir, "03_fine.ipynb", "pass")
+    assert run_main(notebooks_dir, tmp_path / "results") == 1
+    assert kernel_children() == []

@@ -162,8 +162,7 @@ def cupti_limits():
                                    verbosity=SILENT)(scale)(configs=[(n, False), (n, True)]).to_dataframe()
         found["x2_us"][f"{cache}/{clock}"] = list(df.MinValue / 1e3)  # fastest run: [warm, flushed by hand]
     empty = nsight.analyze.kernel(runs=3, thermal_mode="off", verbosity=SILENT)(region)(N_ADD, "copy")  # 3.
-    found["copy_rows"] = len(empty.to_dataframe())
-    found["copy_error"] = error_of(lambda: measured(empty, ["copy"]), RuntimeError)
+    found |= {"copy_rows": len(empty.to_dataframe()), "copy_error": error_of(lambda: measured(empty, ["copy"]), RuntimeError)}
     return found
 
 
@@ -181,8 +180,7 @@ def profiler_events(n=SIZES[0]):
 
 def profiler_beside_cupti():
     """torch.profiler while nsight's CUPTI backend is active; then nsight-python once more."""
-    seen, after = profiler_events(), nsight.analyze.kernel(runs=3, thermal_mode="off", verbosity=SILENT)(region)
-    after = after(N_ADD, "add")
+    seen, after = profiler_events(), nsight.analyze.kernel(runs=3, thermal_mode="off", verbosity=SILENT)(region)(N_ADD, "add")
     return {"cuda_events": seen, "nsight_rows_after": len(after.to_dataframe())}
 
 
@@ -202,6 +200,7 @@ if __name__ == "__main__":
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import cupti_ncu_kernels as ck
 import matplotlib.pyplot as plt
@@ -423,8 +422,7 @@ def event_clocks(events: list, cupti: pd.DataFrame) -> pd.DataFrame:
     """Per op, over the same launches ((op, events ns, wall ns) each): CUPTI's kernel mean and the two clocks', us."""
     out = pd.DataFrame(events, columns=["op", "events us", "wall us"]).groupby("op", sort=False).mean() / 1e3
     out.insert(0, "kernel us", times(cupti)["mean"])
-    out["overhead us"] = out["events us"] - out["kernel us"]
-    out["overhead %"] = 100 * out["overhead us"] / out["events us"]
+    out["overhead us"], out["overhead %"] = out["events us"] - out["kernel us"], 100 * (1 - out["kernel us"] / out["events us"])
     return out.reset_index()
 
 
@@ -482,7 +480,8 @@ with nt.section("5. What CUPTI cannot do") as s:
 # `torch.profiler` records CUDA kernels through CUPTI too, and nsight-python's CUPTI backend holds
 # it from `nsight.activate(nsight.Tool.CUPTI)` on. The same five matmuls are profiled in a child
 # where no nsight tool is active, and beside nsight's CUPTI (here, or in a CUPTI child of their
-# own, so that a crash there loses only this result). Then nsight-python profiles once more: does
+# own, so that a crash there loses only this result); the two run at the same time, which is
+# harmless here because only events are counted. Then nsight-python profiles once more: does
 # its CUPTI backend still get kernel records after `torch.profiler` started and stopped its own
 # session? With one libcupti in the process (section 0) expect `torch.profiler` to see nothing;
 # with two (a CUDA 12 torch), this run shows what happens. This section comes last on purpose:
@@ -491,10 +490,12 @@ with nt.section("5. What CUPTI cannot do") as s:
 # %%
 with nt.section("6. torch.profiler goes blind while nsight's CUPTI is active") as s:
     ENV.require("profiler")
-    plain = child.run_json("cupti_ncu_kernels.py", ["plain"], timeout=180).result["cuda_events"]
+    with ThreadPoolExecutor(1) as pool:  # the plain child runs while this process (or the CUPTI child) probes
+        plain_run = pool.submit(child.run_json, "cupti_ncu_kernels.py", ["plain"], timeout=180)
+        beside = ck.profiler_beside_cupti() if ENV.backend == "cupti" else cupti_child("profiler_beside_cupti")
+    plain = plain_run.result().result["cuda_events"]
     nt.claim(plain >= 5, "in a child with no nsight tool active, torch.profiler sees at least one kernel per matmul",
              f"{plain} CUDA events for 5 matmuls")
-    beside = ck.profiler_beside_cupti() if ENV.backend == "cupti" else cupti_child("profiler_beside_cupti")
     print(f"  beside nsight's CUPTI: {beside['cuda_events']} CUDA events; then nsight-python: "
           f"{beside['nsight_rows_after']} rows" + ("" if beside["nsight_rows_after"] else " -- restart to profile again"))
     if ONE_LIBCUPTI:  # one libcupti, one subscriber (section 0)
