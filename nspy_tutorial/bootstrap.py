@@ -312,7 +312,7 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
         elif nsight_ncu.injection_load_error is not None:
             ncu_problem = first_line(str(nsight_ncu.injection_load_error))
         elif ncu_problem is not None and gpu_problem is None:
-            ncu_problem = f"not tried: {ncu_problem}"
+            ncu_problem = f"{ncu_problem}; not tried at `import nsight`"
         reason = f"Nsight Compute is not active ({ncu_problem})"
         if want_cupti and cupti_problem is None:
             try:

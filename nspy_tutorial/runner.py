@@ -5,7 +5,9 @@ Usage::
     nspy-tutorial run [--notebooks-dir notebooks] [--out results]
                       [--only 02 05 ...] [--timeout 1800]
 
-Each notebook runs in its own Jupyter kernel through nbclient. The notebooks' section
+Each notebook runs in its own Jupyter kernel through nbclient, one notebook after another;
+the next notebook's kernel starts while the current one runs (:class:`Kernel`), and a
+finished kernel is killed rather than shut down. The notebooks' section
 guards append one JSON line per section to the file named by ``NSPY_TUTORIAL_RESULTS``
 (one file per notebook, set by the runner); the runner reads them back and writes
 ``<out>/results.md`` and ``<out>/results.json`` next to executed copies of the
@@ -245,14 +247,16 @@ class Kernel:
     closed: bool = False
 
     @classmethod
-    def start(cls, loop: KernelLoop, cwd: Path, records_file: Path) -> Kernel:
+    def start(cls, loop: KernelLoop, cwd: Path, records_file: Path, socket_dir: Path | None = None) -> Kernel:
         """Start a kernel for the notebook whose sections go to ``records_file``, running in ``cwd``.
 
         Its environment tells the notebook where to write: ``NSPY_TUTORIAL_RESULTS`` (its
         records) and ``NSPY_TUTORIAL_WORKDIR`` (its files, under the run's scratch folder).
-        IPython's history stays in memory, as under nbclient's own start.
+        IPython's history stays in memory, as under nbclient's own start. Its sockets go to
+        ``socket_dir`` (default: the records' folder).
         """
-        km = AsyncKernelManager(kernel_name="python3", config=kernel_config(records_file.parent, records_file.stem))
+        config = kernel_config(socket_dir or records_file.parent, records_file.stem)
+        km = AsyncKernelManager(kernel_name="python3", config=config)
         env = {**os.environ, RESULTS_VAR: str(records_file), WORKDIR_VAR: str(records_file.parent / "work")}
         arguments = ["--HistoryManager.hist_file=:memory:"]
         return cls(loop, km, loop.submit(km.start_kernel(extra_arguments=arguments, cwd=str(cwd), env=env)))
@@ -287,15 +291,28 @@ class Client(NotebookClient):
         return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
 
 
+IPC_PATH_MAX = 96  # a Unix socket's path holds 107 bytes on Linux, 103 on macOS; jupyter adds "-<port>"
+
+
+def socket_folder() -> tempfile.TemporaryDirectory:
+    """A private folder for the kernels' sockets, with a short path: under /tmp where there is one.
+
+    Not under the run's scratch folder, which follows ``TMPDIR`` and can be too deep for a socket.
+    """
+    return tempfile.TemporaryDirectory(prefix="nspy-ipc-", dir="/tmp" if os.path.isdir("/tmp") else None)
+
+
 def kernel_config(socket_dir: Path, name: str = "kernel") -> Config:
     """Kernel over IPC sockets in a private folder where the platform has them.
 
     Over TCP, ipykernel warns on every start that the traffic is not encrypted;
-    local sockets in a folder only this user can read need no encryption.
+    local sockets in a folder only this user can read need no encryption. Where the
+    socket path would be too long for the platform, TCP it is.
     """
-    if not zmq.has("ipc"):
+    path = str(socket_dir / name)
+    if not zmq.has("ipc") or len(path.encode()) + 6 > IPC_PATH_MAX:
         return Config()
-    return Config({"KernelManager": {"transport": "ipc", "ip": str(socket_dir / name)}})
+    return Config({"KernelManager": {"transport": "ipc", "ip": path}})
 
 
 def run_notebook(
@@ -560,11 +577,16 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
     started_at = now()
     results: list[NotebookResult] = []
     try:
-        with Stop() as stop, tempfile.TemporaryDirectory(prefix="nspy-run-") as scratch, KernelLoop() as loop:
+        with (
+            Stop() as stop,
+            tempfile.TemporaryDirectory(prefix="nspy-run-") as scratch,
+            socket_folder() as sockets,
+            KernelLoop() as loop,
+        ):
             (partial / "notebooks").mkdir(parents=True)
 
             def kernel_for(path: Path) -> Kernel:
-                return Kernel.start(loop, path.parent.resolve(), Path(scratch) / f"{path.stem}.jsonl")
+                return Kernel.start(loop, path.parent.resolve(), Path(scratch) / f"{path.stem}.jsonl", Path(sockets))
 
             upcoming: Kernel | None = kernel_for(notebooks[0])
             try:

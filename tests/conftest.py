@@ -35,10 +35,11 @@ def _own_work_folder(tmp_path, monkeypatch):
     monkeypatch.setenv(workdir.WORKDIR_VAR, str(tmp_path / "work"))
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(tempfile, "tempdir", tempfile.tempdir)
-    if "TMPDIR" in os.environ:
-        monkeypatch.setenv("TMPDIR", os.environ["TMPDIR"])
-    else:
-        monkeypatch.delenv("TMPDIR", raising=False)
+    # setenv first, so that undo restores TMPDIR as it was, unset included (a bare delenv of an
+    # unset variable records nothing, and a TMPDIR that workdir.enter() set would outlive the test)
+    monkeypatch.setenv("TMPDIR", os.environ.get("TMPDIR", ""))
+    if not os.environ["TMPDIR"]:
+        monkeypatch.delenv("TMPDIR")
     monkeypatch.chdir(os.getcwd())
     workdir.reset()
     yield

@@ -524,7 +524,8 @@ def test_setup_with_only_an_old_ncu_does_not_let_nsight_try_it(monkeypatch):
     env = bootstrap.setup("02_first_profile")
     assert os.environ["NSPY_NCU_INIT_AT_IMPORT"] == "0"
     assert env.backend is None
-    assert env.ncu_problem == f"not tried: {OLD_NCU.path} is 2025.3.1.0; nsight-python needs 2026.2.1.0 or newer"
+    assert env.ncu_problem == (f"{OLD_NCU.path} is 2025.3.1.0; nsight-python needs 2026.2.1.0 or newer; "
+                               "not tried at `import nsight`")
 
 
 def test_setup_with_a_new_ncu_lets_nsight_load_it_at_import(monkeypatch):

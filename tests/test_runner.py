@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -581,3 +582,18 @@ def test_no_kernel_outlives_the_run_not_even_one_started_for_a_notebook_that_nev
     write_notebook(notebooks_dir, "03_fine.ipynb", "pass")
     assert run_main(notebooks_dir, tmp_path / "results") == 1
     assert kernel_children() == []
+
+
+def test_a_deep_tmpdir_does_not_stop_the_kernels(notebooks_dir, tmp_path, monkeypatch):
+    """The run's scratch folder follows TMPDIR; the kernels' sockets must not (a socket path holds ~100 bytes)."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    write_notebook(notebooks_dir, "01_hello.ipynb", "print('hello')")
+    assert run_main(notebooks_dir, tmp_path / "results") == 0
+
+
+def test_a_socket_path_too_long_for_the_platform_falls_back_to_tcp(tmp_path):
+    assert runner.kernel_config(tmp_path / ("d" * 120)) == runner.Config()
+    assert runner.kernel_config(Path("/tmp/nspy-ipc-x"), "01_a")["KernelManager"]["transport"] == "ipc"
