@@ -97,15 +97,25 @@ class Environment:
             missing.append("counters")
         return missing
 
-    def require(self, what: str) -> None:
+    def _without_gpu(self, also: str | tuple[str, ...]) -> list[str]:
+        """The needs in ``also`` that are missing because there is no GPU (none with one)."""
+        needs = [also] if isinstance(also, str) else list(also)
+        unknown = [need for need in needs if need not in sections.NEEDS]
+        if unknown:
+            raise ValueError(f"require(): unknown need(s) {unknown} in also=; use {', '.join(sections.NEEDS)}")
+        return [] if self.has_gpu else needs
+
+    def require(self, what: str, also: str | tuple[str, ...] = ()) -> None:
         """Raise :class:`Skip` unless ``what`` is available.
 
         ``what`` is one of ``"gpu"``, ``"profiler"`` (any nsight-python backend),
         ``"ncu"`` (the Nsight Compute backend: hardware counters, cache and clock
         control), ``"ncu-cli"`` (any ncu executable, for launch-mode runs). The Skip names
         the first missing need (the reason given) and every other one (:meth:`lacks`).
+        ``also`` names needs the section checks later itself (``"cupti"``, ``"triton"``):
+        without a GPU they are missing too, so ``NSPY_TUTORIAL_REQUIRE`` enforces them there.
         """
-        missing = self.lacks(what)
+        missing = self.lacks(what) + self._without_gpu(also)
         if not missing:
             return
         first = "gpu" if "gpu" in missing else what  # the reason the section gives
@@ -128,14 +138,17 @@ class Environment:
             )
         raise Skip("needs the ncu command-line tool, and none was found", NCU_REMEDY, needs=needs)
 
-    def require_compute_capability(self, minimum: tuple[int, int], feature: str) -> None:
+    def require_compute_capability(self, minimum: tuple[int, int], feature: str,
+                                   also: str | tuple[str, ...] = ()) -> None:
         """Raise :class:`Skip` unless the GPU's compute capability is at least ``minimum``.
 
-        Without a GPU the Skip lacks both "gpu" and the capability (``cc8.0``).
+        Without a GPU the Skip lacks both "gpu" and the capability (``cc8.0``), and the
+        needs in ``also`` (as in :meth:`require`).
         """
         need = f"cc{minimum[0]}.{minimum[1]}"
         if not self.has_gpu:
-            raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab), needs=("gpu", need))
+            raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab),
+                       needs=("gpu", need, *self._without_gpu(also)))
         assert self.facts is not None
         have = self.facts.compute_capability
         if have < minimum:

@@ -207,6 +207,26 @@ def test_require_compute_capability_without_gpu_skips_as_needing_a_gpu():
 NO_GPU_ENV = dict(gpu_name=None, gpu_problem="NVML sees no GPU", facts=None, backend=None, ncu_path=None)
 
 
+def test_needs_a_section_checks_itself_are_missing_too_without_a_gpu():
+    env = make_env(**NO_GPU_ENV)
+    with pytest.raises(Skip) as skipped:
+        env.require("profiler", also="cupti")
+    assert skipped.value.lacks == ("gpu", "profiler", "cupti")
+    with pytest.raises(Skip) as skipped:
+        env.require_compute_capability((7, 0), "torch.compile", also="triton")
+    assert skipped.value.lacks == ("gpu", "cc7.0", "triton")
+
+
+def test_needs_a_section_checks_itself_are_left_to_it_on_a_gpu():
+    make_env(backend="cupti").require("profiler", also=("cupti", "triton"))  # no Skip: the section decides
+    make_env().require_compute_capability((7, 0), "torch.compile", also="triton")
+
+
+def test_an_unknown_need_in_also_raises_value_error():
+    with pytest.raises(ValueError, match="'tritno'"):
+        make_env(**NO_GPU_ENV).require("profiler", also="tritno")
+
+
 @pytest.mark.parametrize(
     ("overrides", "need", "lacks"),
     [
@@ -232,7 +252,8 @@ def test_a_skip_names_every_need_the_section_lacks_the_reason_first(overrides, n
 
 @pytest.mark.parametrize(
     ("required", "section_needs"),
-    [("ncu", "ncu"), ("profiler", "profiler"), ("cc8.0", "cc8.0"), ("counters", "ncu-cli"), ("gpu", "ncu")],
+    [("ncu", "ncu"), ("profiler", "profiler"), ("cc8.0", "cc8.0"), ("counters", "ncu-cli"), ("gpu", "ncu"),
+     ("triton", "triton"), ("cupti", "cupti")],
 )
 def test_a_required_need_fails_the_section_without_a_gpu_too(monkeypatch, capsys, required, section_needs):
     """The issue: NSPY_TUTORIAL_REQUIRE=cc8.0, ncu or profiler passed with every section SKIPPED for `gpu`."""
@@ -244,6 +265,10 @@ def test_a_required_need_fails_the_section_without_a_gpu_too(monkeypatch, capsys
         with sections.section("1. Needs it") as s:
             if section_needs.startswith("cc"):
                 env.require_compute_capability((8, 0), "TF32")
+            elif section_needs == "triton":  # 07: torch.compile needs Triton on cc >= 7.0
+                env.require_compute_capability((7, 0), "torch.compile", also="triton")
+            elif section_needs == "cupti":  # 09: CUPTI in this process or in a child
+                env.require("profiler", also="cupti")
             else:
                 env.require(section_needs)
             s.result = "ran"

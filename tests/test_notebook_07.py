@@ -294,8 +294,8 @@ def test_every_section_runs_to_ok_on_the_kept_tables(fk, backend, monkeypatch, c
     namespace.update(
         fk=SimpleNamespace(**{k: v for k, v in vars(fk).items() if not k.startswith("__")} | {
             "compiled_gelu": fk.gelu_by_hand}),
-        ENV=SimpleNamespace(backend=backend, ncu_path="/opt/ncu", gpu_name="NVIDIA H200", require=lambda what: None,
-                            require_compute_capability=lambda *args: None,
+        ENV=SimpleNamespace(backend=backend, ncu_path="/opt/ncu", gpu_name="NVIDIA H200", require=lambda what, also=(): None,
+                            require_compute_capability=lambda *args, **kwargs: None,
                             facts=SimpleNamespace(max_mem_clock_mhz=3201, memory_bus_width_bits=6144),
                             datasheet=SimpleNamespace(mem_bandwidth_gbs=SimpleNamespace(value=4800.0))),
         N=n, ROWS=8, HIDDEN=hidden, VECTOR=4 * n, L2=H200_L2,

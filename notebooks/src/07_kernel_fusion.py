@@ -300,7 +300,7 @@ with nt.section("1. Unfused vs fused: a + b * c against torch.addcmul") as s:
 # %%
 def require_triton() -> None:
     """torch.compile's GPU code generator: Triton, on compute capability 7.0 or newer."""
-    ENV.require_compute_capability((7, 0), "torch.compile's Triton code generator")
+    ENV.require_compute_capability((7, 0), "torch.compile's Triton code generator", also="triton")
     if importlib.util.find_spec("triton") is None:
         raise nt.Skip("torch.compile generates GPU kernels with Triton, and Triton is not installed",
                       "install PyTorch's CUDA build for Linux, which brings Triton (`pip install torch`)",
@@ -356,7 +356,7 @@ with nt.section("2. Bias + GELU three ways: by hand, F.gelu, torch.compile") as 
 
 # %%
 with nt.section("3. How close to the bandwidth roof is the fused kernel?") as s:
-    ENV.require("profiler")
+    ENV.require("profiler", also="triton")
     require_triton()
     table = nsight.analyze.kernel(configs=[(ROWS, HIDDEN)], runs=SETTINGS["runs"], combine_kernel_metrics=add,
                                   thermal_mode="off", verbosity=SILENT)(fk.roof)().to_dataframe()

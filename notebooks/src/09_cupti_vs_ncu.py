@@ -284,7 +284,7 @@ def times(table: pd.DataFrame, metric: str = TIME) -> pd.DataFrame:
 
 
 with nt.section("1. CUPTI times the workload") as s:
-    ENV.require("profiler")
+    ENV.require("profiler", also="cupti")  # CUPTI: in this process or in a child
     if ENV.backend == "cupti":  # CUPTI is this process's tool (an older ncu, like the project's H200)
         ck.warm_up()
         CUPTI = ck.cupti_workload()
@@ -382,7 +382,7 @@ def compare(cupti: pd.DataFrame, ncu: dict) -> pd.DataFrame:
 
 
 with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
-    ENV.require("profiler")
+    ENV.require("profiler", also="cupti")
     if "CUPTI" not in globals() or "NCU" not in globals():  # a need of section 1 (cupti) or 2 (ncu-cli) was missing
         raise nt.Skip("needs both tools' tables, from sections 1 and 2", "see the reasons of sections 1 and 2 above",
                       needs="cupti" if "CUPTI" not in globals() else "ncu-cli")
@@ -427,7 +427,7 @@ def event_clocks(events: list, cupti: pd.DataFrame) -> pd.DataFrame:
 
 
 with nt.section("4. Two more clocks on the same launches: CUDA events and wall time") as s:
-    ENV.require("profiler")
+    ENV.require("profiler", also="cupti")
     if "CUPTI" not in globals():
         raise nt.Skip("needs section 1's launches; section 1 did not run", "see section 1's reason above", needs="cupti")
     EVENTS = event_clocks(CUPTI["events"], CUPTI["table"])
@@ -458,7 +458,7 @@ with nt.section("4. Two more clocks on the same launches: CUDA events and wall t
 
 # %%
 with nt.section("5. What CUPTI cannot do") as s:
-    ENV.require("profiler")
+    ENV.require("profiler", also="cupti")
     LIMITS = ck.cupti_limits() if ENV.backend == "cupti" else cupti_child("cupti_limits")
     x2 = pd.DataFrame(LIMITS["x2_us"], index=["warm us", "flushed by hand us"]).T.reset_index(names="cache/clock")
     print(f"  a counter -> ValueError: {LIMITS['counter_error']}")
@@ -489,7 +489,7 @@ with nt.section("5. What CUPTI cannot do") as s:
 
 # %%
 with nt.section("6. torch.profiler goes blind while nsight's CUPTI is active") as s:
-    ENV.require("profiler")
+    ENV.require("profiler", also="cupti")
     with ThreadPoolExecutor(1) as pool:  # the plain child runs while this process (or the CUPTI child) probes
         plain_run = pool.submit(child.run_json, "cupti_ncu_kernels.py", ["plain"], timeout=180)
         beside = ck.profiler_beside_cupti() if ENV.backend == "cupti" else cupti_child("profiler_beside_cupti")
