@@ -278,7 +278,7 @@ class Client(NotebookClient):
     """nbclient's client, remembering the cell it runs and stopping when the run is stopped.
 
     It drives a kernel the runner started (:class:`Kernel`), so nbclient neither starts nor
-    shuts it down: :func:`run_notebook` kills it when the notebook is done.
+    shuts it down: whoever started it closes it (:meth:`Kernel.close`).
     """
 
     stop: Stop | None = None
@@ -321,8 +321,9 @@ def run_notebook(
 ) -> tuple[str, int | None] | None:
     """Execute ``notebook`` in place in a fresh kernel: ``kernel`` (started earlier) or a new one.
 
-    The kernel is killed when the notebook is done (its outputs are in: a graceful exit only
-    adds the second a process with torch and CUDA takes to end), or when the run is stopped.
+    A kernel it is given is its caller's to close; one it starts itself it closes. Closing kills
+    the kernel: its outputs are in, and a graceful exit only adds the second a process with torch
+    and CUDA takes to end. When the run is stopped the kernel is killed at once.
     None on success, else why it stopped (one line) and the cell (1-based) it stopped in, if any.
     """
     own_loop = None
@@ -358,8 +359,8 @@ def run_notebook(
                     error = DeadKernelError("the run was interrupted")
                     break
     finally:
-        kernel.close()
         if own_loop is not None:
+            kernel.close()
             own_loop.close()
     if error is None:
         return None
@@ -396,8 +397,6 @@ def execute_notebook(
     try:
         notebook = nbformat.read(path, as_version=4)
     except Exception as error:
-        if kernel is not None:
-            kernel.close()
         why = f"cannot read {path.name}: {type(error).__name__}: {first_line(str(error))}"
         return NotebookResult(path.stem, FAILED, 0.0, error=why)
     records_file = records_dir / f"{path.stem}.jsonl"
@@ -600,7 +599,7 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
                     try:
                         result = execute_notebook(path, partial / "notebooks", Path(scratch), timeout, stop, kernel)
                     finally:
-                        kernel.close()  # also when execute_notebook did not use it
+                        kernel.close()  # run() started it, run() closes it, as soon as its notebook is done
                     if stop.signum is None:
                         how = "FAILED after" if result.error else "done in"
                         why = f"; {result.error}" if result.error else ""
