@@ -25,6 +25,7 @@ the device's facts and prints the banner once.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.metadata
 import os
 import platform
@@ -298,20 +299,8 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
     if chosen is not None and chosen.new_enough:
         backend.put_first_on_path(os.path.dirname(chosen.path))
 
-    forced_cupti = backend_choice() == "cupti"
-    library = backend.find_cupti_library()
-    cupti_problem = backend.cupti_problem(library, backend.cupti_python_available())
-    if gpu_problem is not None:
-        cupti_problem = "no GPU"
-    want_cupti = gpu_problem is None and (ncu_problem is not None or forced_cupti)
-    if want_cupti and cupti_problem is None and library is not None:
-        backend.preload_cupti(library)  # before torch can load its older libcupti
-    if gpu_problem is not None or forced_cupti or ncu_problem is not None:
-        # Nothing for nsight to load (no GPU, CUPTI asked for, or no ncu new enough): it would
-        # only fail, and trying costs a second at every `import nsight`.
-        os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"
-
-    import nsight  # Nsight Compute is loaded here, before anything starts CUDA
+    forced_cupti, want_cupti, cupti_problem = _load_nsight(gpu_problem, ncu_problem)
+    import nsight
     from nsight.collection import ncu as nsight_ncu
 
     active = nsight.get_active_tool()
@@ -352,6 +341,64 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
         workdir=folder,
     )
     return _complete(env)
+
+
+def _load_nsight(gpu_problem: str | None, ncu_problem: str | None) -> tuple[bool, bool, str | None]:
+    """Steps 4 and 5: the libcupti preload where CUPTI will be wanted, then ``import nsight``.
+
+    Returns (CUPTI forced by NSPY_TUTORIAL_BACKEND, CUPTI wanted, why CUPTI cannot run or None).
+    Nothing here starts CUDA or prints; :func:`warm_up` runs it too, ahead of :func:`setup`.
+    """
+    forced_cupti = backend_choice() == "cupti"
+    library = backend.find_cupti_library()
+    cupti_problem = backend.cupti_problem(library, backend.cupti_python_available())
+    if gpu_problem is not None:
+        cupti_problem = "no GPU"
+    want_cupti = gpu_problem is None and (ncu_problem is not None or forced_cupti)
+    if want_cupti and cupti_problem is None and library is not None:
+        backend.preload_cupti(library)  # before torch can load its older libcupti
+    if gpu_problem is not None or forced_cupti or ncu_problem is not None:
+        # Nothing for nsight to load (no GPU, CUPTI asked for, or no ncu new enough): it would
+        # only fail, and trying costs a second at every `import nsight`.
+        os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"
+
+    import nsight  # noqa: F401 -- Nsight Compute is loaded here, before anything starts CUDA
+
+    return forced_cupti, want_cupti, cupti_problem
+
+
+# What the setup cell and the import cell after it load, besides nsight (see warm_up).
+WARM_MODULES = ("torch", "numpy", "pandas", "scipy.stats", "matplotlib.pyplot")
+
+
+def warm_up() -> list[str]:
+    """The slow, CUDA-free part of :func:`setup`, done before the notebook runs (runner plumbing).
+
+    The runner starts the next notebook's kernel while the current notebook runs; this is
+    the code it runs there first: setup's steps 2-5 (GPU through NVML, the ncu installs,
+    the libcupti preload, ``import nsight``), by the same code and in the same order, then
+    the imports of :data:`WARM_MODULES`, none of which starts CUDA. The notebook's own setup
+    cell then runs every step again, finds the modules loaded, and starts CUDA as usual: the
+    same state, a few seconds sooner. Nothing is printed. It does nothing where the order is
+    the lesson or could differ: once set up, once CUDA or nsight is loaded, on Colab (which
+    may install ncu first). Returns the modules it imported; one that fails to import is left
+    to the notebook, which reports it.
+    """
+    if _ENV is not None or _PENDING is not None or on_colab() or cuda_already_initialised() or "nsight" in sys.modules:
+        return []
+    _, _, gpu_problem = probe_gpu()
+    chosen, ncu_problem = decide_ncu(backend.find_ncu_installs(), gpu_problem is None)
+    if chosen is not None and chosen.new_enough:
+        backend.put_first_on_path(os.path.dirname(chosen.path))
+    _load_nsight(gpu_problem, ncu_problem)
+    loaded = ["nsight"]
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        loaded.append(name)
+    return loaded
 
 
 def _complete(env: Environment) -> Environment:

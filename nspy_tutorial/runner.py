@@ -30,6 +30,7 @@ import datetime as dt
 import json
 import os
 import platform
+import queue
 import re
 import shutil
 import signal
@@ -234,11 +235,61 @@ class KernelLoop:
         self.close()
 
 
+# Runs bootstrap.warm_up() in a kernel without leaving a name in the notebook's namespace.
+WARM_UP_CODE = '__import__("nspy_tutorial.bootstrap", fromlist=["warm_up"]).warm_up()'
+WARM_UP_TIMEOUT = 300  # seconds; the imports take a few
+SETUP_LINE = re.compile(r'^ENV = nt\.setup\("\w+"\)$', re.MULTILINE)  # the setup cell's call (not 01's manual one)
+
+
+def warms_up(path: Path) -> bool:
+    """Whether ``path``'s setup cell is the one-call ``ENV = nt.setup("NN_topic")``, which
+    :func:`bootstrap.warm_up` can run ahead (notebook 01, which takes the steps in its own
+    cells, is not warmed up: there the order is the lesson)."""
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except Exception:  # execute_notebook reports an unreadable notebook
+        return False
+    return any(cell.cell_type == "code" and SETUP_LINE.search(cell.source) for cell in notebook.cells)
+
+
+async def start_kernel(km: AsyncKernelManager, cwd: Path, env: dict[str, str], warm_up: bool) -> str | None:
+    """Start ``km``'s kernel; with ``warm_up``, run :data:`WARM_UP_CODE` in it (silently, outside
+    the notebook's history). Returns None, or why the warm-up failed (the setup cell then
+    takes the same steps itself, and reports any error where the reader sees it)."""
+    await km.start_kernel(extra_arguments=["--HistoryManager.hist_file=:memory:"], cwd=str(cwd), env=env)
+    if not warm_up:
+        return None
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=WARM_UP_TIMEOUT)  # raises if the kernel dies meanwhile
+        msg_id = client.execute(WARM_UP_CODE, silent=True, store_history=False)
+        deadline = time.monotonic() + WARM_UP_TIMEOUT
+        while True:  # the reply, checking on the way that the kernel lives (the run's stop kills it)
+            try:
+                reply = await client.get_shell_msg(timeout=0.2)
+            except queue.Empty:
+                if not await km.is_alive():
+                    return "the kernel died during the warm-up"
+                if time.monotonic() > deadline:
+                    return f"no reply within {WARM_UP_TIMEOUT} s"
+                continue
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
+    except RuntimeError as error:  # wait_for_ready: the kernel died or never answered
+        return first_line(str(error))
+    finally:
+        client.stop_channels()
+    content = reply["content"]
+    return None if content["status"] == "ok" else f"{content.get('ename')}: {first_line(str(content.get('evalue')))}"
+
+
 @dataclass
 class Kernel:
     """A notebook's kernel, started on a :class:`KernelLoop` before the notebook needs it.
 
-    ``started`` is done once the kernel process runs (or failed to start).
+    ``started`` is done once the kernel process runs (or failed to start) and, when it was
+    asked to, has run :func:`bootstrap.warm_up`; its result is None or why the warm-up failed.
     """
 
     loop: KernelLoop
@@ -247,19 +298,26 @@ class Kernel:
     closed: bool = False
 
     @classmethod
-    def start(cls, loop: KernelLoop, cwd: Path, records_file: Path, socket_dir: Path | None = None) -> Kernel:
+    def start(cls, loop: KernelLoop, cwd: Path, records_file: Path, socket_dir: Path | None = None,
+              warm_up: bool = False) -> Kernel:
         """Start a kernel for the notebook whose sections go to ``records_file``, running in ``cwd``.
 
         Its environment tells the notebook where to write: ``NSPY_TUTORIAL_RESULTS`` (its
         records) and ``NSPY_TUTORIAL_WORKDIR`` (its files, under the run's scratch folder).
         IPython's history stays in memory, as under nbclient's own start. Its sockets go to
-        ``socket_dir`` (default: the records' folder).
+        ``socket_dir`` (default: the records' folder). ``warm_up``: run the setup's CUDA-free
+        steps and imports in it now (:func:`bootstrap.warm_up`), while the current notebook runs.
         """
         config = kernel_config(socket_dir or records_file.parent, records_file.stem)
         km = AsyncKernelManager(kernel_name="python3", config=config)
         env = {**os.environ, RESULTS_VAR: str(records_file), WORKDIR_VAR: str(records_file.parent / "work")}
-        arguments = ["--HistoryManager.hist_file=:memory:"]
-        return cls(loop, km, loop.submit(km.start_kernel(extra_arguments=arguments, cwd=str(cwd), env=env)))
+        return cls(loop, km, loop.submit(start_kernel(km, cwd, env, warm_up)))
+
+    def warm_up_failure(self) -> str | None:
+        """Why the warm-up failed, once the kernel has started; None if it ran, was not asked for, or is not done."""
+        if not self.started.done() or self.started.cancelled() or self.started.exception() is not None:
+            return None
+        return self.started.result()
 
     def close(self) -> None:
         """Kill the kernel (started or still starting) and remove its connection file; wait for both."""
@@ -585,7 +643,8 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
             (partial / "notebooks").mkdir(parents=True)
 
             def kernel_for(path: Path) -> Kernel:
-                return Kernel.start(loop, path.parent.resolve(), Path(scratch) / f"{path.stem}.jsonl", Path(sockets))
+                return Kernel.start(loop, path.parent.resolve(), Path(scratch) / f"{path.stem}.jsonl", Path(sockets),
+                                    warm_up=warms_up(path))
 
             upcoming: Kernel | None = kernel_for(notebooks[0])
             try:
@@ -598,8 +657,12 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
                     kernel, upcoming = upcoming, kernel_for(notebooks[index]) if index < len(notebooks) else None
                     try:
                         result = execute_notebook(path, partial / "notebooks", Path(scratch), timeout, stop, kernel)
+                        warm_up_failed = kernel.warm_up_failure()
                     finally:
                         kernel.close()  # run() started it, run() closes it, as soon as its notebook is done
+                    if warm_up_failed and stop.signum is None:
+                        print(f"{label} (its kernel's warm-up failed: {warm_up_failed}; the setup cell took the "
+                              "same steps itself)", flush=True)
                     if stop.signum is None:
                         how = "FAILED after" if result.error else "done in"
                         why = f"; {result.error}" if result.error else ""

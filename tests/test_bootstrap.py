@@ -641,3 +641,53 @@ def test_manual_setup_again_after_finish_returns_the_environment_without_a_banne
     assert bootstrap.setup("01_install_ncu", steps="manual") is env
     out = capsys.readouterr().out
     assert "Environment  (" not in out and "already set up" in out
+
+
+# --------------------------------------------------------------------------
+# warm_up: the runner's head start on setup (in a fresh interpreter each, as in a new kernel)
+# --------------------------------------------------------------------------
+
+WARM_THEN_SETUP = """
+import contextlib, io, json, sys
+from nspy_tutorial import bootstrap
+printed = io.StringIO()
+with contextlib.redirect_stdout(printed):
+    loaded = bootstrap.warm_up() if sys.argv[1] == "warm" else []
+import torch
+cuda_started = torch.cuda.is_initialized()
+with contextlib.redirect_stdout(io.StringIO()):
+    env = bootstrap.setup("02_first_profile")
+print(json.dumps({"loaded": loaded, "printed": printed.getvalue(), "cuda_started_by_warm_up": cuda_started,
+                  "banner": [line for line in bootstrap.banner_lines(env) if not line.startswith("work folder")],
+                  "again": bootstrap.warm_up()}))
+"""
+
+
+def in_a_fresh_interpreter(tmp_path, *argv: str, **env: str) -> dict:
+    import json
+    import subprocess
+
+    environment = {k: v for k, v in os.environ.items() if k not in ("COLAB_RELEASE_TAG", "NSPY_NCU_INIT_AT_IMPORT")}
+    environment.update({"NSPY_TUTORIAL_WORKDIR": str(tmp_path), **env})
+    done = subprocess.run([sys.executable, "-c", WARM_THEN_SETUP, *argv], capture_output=True, text=True,
+                          env=environment, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_warm_up_imports_nsight_torch_and_the_notebook_libraries_silently_without_starting_cuda(tmp_path):
+    found = in_a_fresh_interpreter(tmp_path, "warm")
+    assert found["loaded"][:2] == ["nsight", "torch"] and "matplotlib.pyplot" in found["loaded"]
+    assert found["printed"] == "" and found["cuda_started_by_warm_up"] is False
+
+
+def test_setup_after_warm_up_finds_what_setup_alone_finds(tmp_path):
+    assert in_a_fresh_interpreter(tmp_path, "warm")["banner"] == in_a_fresh_interpreter(tmp_path, "cold")["banner"]
+
+
+def test_warm_up_does_nothing_once_the_kernel_is_set_up(tmp_path):
+    assert in_a_fresh_interpreter(tmp_path, "cold")["again"] == []
+
+
+def test_warm_up_leaves_colab_to_the_setup_cell_which_may_install_ncu_first(tmp_path):
+    assert in_a_fresh_interpreter(tmp_path, "warm", COLAB_RELEASE_TAG="test")["loaded"] == []

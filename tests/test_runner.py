@@ -597,3 +597,22 @@ def test_a_deep_tmpdir_does_not_stop_the_kernels(notebooks_dir, tmp_path, monkey
 def test_a_socket_path_too_long_for_the_platform_falls_back_to_tcp(tmp_path):
     assert runner.kernel_config(tmp_path / ("d" * 120)) == runner.Config()
     assert runner.kernel_config(Path("/tmp/nspy-ipc-x"), "01_a")["KernelManager"]["transport"] == "ipc"
+
+
+WARM_PROBE_CELL = """import json, sys
+with open({log!r}, "a") as f:
+    f.write(json.dumps([m in sys.modules for m in ("nsight", "torch")]) + "\\n")"""
+
+
+def test_a_notebook_with_the_one_call_setup_finds_its_kernel_warmed_up_and_another_does_not(notebooks_dir, tmp_path):
+    log = tmp_path / "modules.log"
+    write_notebook(notebooks_dir, "01_manual.ipynb", WARM_PROBE_CELL.format(log=str(log)))
+    write_notebook(notebooks_dir, "02_setup.ipynb", WARM_PROBE_CELL.format(log=str(log)),
+                   'import nspy_tutorial as nt\nENV = nt.setup("02_setup")')
+    assert run_main(notebooks_dir, tmp_path / "results") == 0
+    assert log.read_text().splitlines() == ["[false, false]", "[true, true]"]
+
+
+def test_the_tutorials_notebooks_are_warmed_up_except_01_whose_cells_take_the_steps():
+    warmed = {path.name[:2]: runner.warms_up(path) for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
+    assert warmed == {f"{n:02d}": n != 1 for n in range(1, 11)}
