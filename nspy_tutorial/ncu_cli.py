@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Sequence
 
 import pandas as pd
@@ -144,13 +145,7 @@ def run(cmd: Sequence[str], timeout: int = 600) -> str:
     done = subprocess.run(
         list(cmd), capture_output=True, text=True, env=child_environment(), timeout=timeout, check=False
     )
-    output = done.stdout + done.stderr
-    if counters_refused(output):
-        line = next((line for line in output.splitlines() if PERMISSION_CODE in line), PERMISSION_CODE)
-        raise CountersNotPermitted(f"{line.strip()} -- what to do: {PERMISSION_REMEDY}")
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-6:])
-        raise NcuCliError(f"ncu exited {done.returncode}:\n{tail}")
+    check_output(done.stdout + done.stderr, done.returncode)
     return done.stdout
 
 
@@ -380,27 +375,204 @@ def nsight_table(script: str, func, *, ncu: str, configs: Sequence, runs: int = 
     printed once. The report is written to ``report`` (default ``<function>.ncu-rep`` in the
     working directory) and read back by :func:`read_nsight_table`.
     """
-    unknown = sorted(set(ignored) - set(NSIGHT_SETTINGS_IGNORED))
+    settings = dict(configs=configs, runs=runs, metrics=metrics, cache_control=cache_control,
+                    clock_control=clock_control, replay_mode=replay_mode, combine_kernel_metrics=combine_kernel_metrics,
+                    derive_metric=derive_metric, normalize_against=normalize_against,
+                    ignore_kernel_list=ignore_kernel_list, thermal_mode=thermal_mode, **ignored)
+    return nsight_tables(script, func, ncu=ncu, variants={None: {"report": report}}, timeout=timeout,
+                         **settings)[None]
+
+
+def _variant_settings(func, key, variant: dict, settings: dict) -> dict:
+    """One variant's settings: ``settings`` overridden by ``variant``, checked, with its report's name."""
+    merged = {"runs": 10, "metrics": ("gpu__time_duration.sum",), "cache_control": "all", "clock_control": "none",
+              "replay_mode": "kernel", "thermal_mode": "off", **settings, **variant}
+    if "configs" not in merged:
+        raise TypeError("nsight_tables(): configs is missing (as for nsight.analyze.kernel)")
+    known = {"configs", "runs", "metrics", "cache_control", "clock_control", "replay_mode", "combine_kernel_metrics",
+             "derive_metric", "normalize_against", "ignore_kernel_list", "thermal_mode", "report",
+             *NSIGHT_SETTINGS_IGNORED}
+    unknown = sorted(set(merged) - known)
     if unknown:
         raise TypeError(f"nsight_table(): {', '.join(unknown)} is not an nsight.analyze.kernel setting it supports")
-    if thermal_mode != "off":
+    if merged["thermal_mode"] != "off":
         raise ValueError("nsight_table(): thermal_mode must be 'off' (the ncu child does no thermal pauses)")
+    if not merged.get("report"):
+        parts = key if isinstance(key, tuple) else () if key is None else (key,)
+        merged["report"] = "-".join([func.__name__, *map(str, parts)]) + ".ncu-rep"
+    return merged
+
+
+TURN_VAR = "NSPY_NCU_TURN_FILE"  # replay() waits until this file exists before it touches the GPU
+OWNER_VAR = "NSPY_NCU_TURN_OWNER"  # ... and gives up if this process (the notebook's) is gone
+TURN_TIMEOUT_VAR = "NSPY_NCU_TURN_TIMEOUT"  # ... or after this many seconds (the parent's timeout)
+
+
+def nsight_tables(script: str, func, *, ncu: str, variants: dict, timeout: int = 600, **settings) -> dict:
+    """:func:`nsight_table` under several settings, one ncu process each; ``{key: table}``.
+
+    ``variants`` maps a key to the settings that differ (e.g. ``{("all", "base"):
+    dict(cache_control="all", clock_control="base")}``); ``settings`` are the shared ones. An ncu
+    process spends seconds starting Python, torch and nsight before its first kernel, so the
+    processes start together and those start-ups overlap; the measuring does not: each child's
+    :func:`replay` waits for its turn before it touches the GPU, and the next turn is given only
+    when the ncu before it has exited. So no kernel of one child runs while another is measured,
+    and each child's cache and clock settings hold for its own kernels only. Each command is
+    printed once; the first error stops the rest.
+    """
+    return start_nsight_tables(script, func, ncu=ncu, variants=variants, timeout=timeout, **settings).tables()
+
+
+def start_nsight_table(script: str, func, *, ncu: str, timeout: int = 600, **settings) -> Started:
+    """Start :func:`nsight_table`'s ncu process now; :meth:`Started.table` later lets it measure.
+
+    Its start-up (Python, torch, nsight, and whatever the kernels module's ``replay`` does
+    before its turn) then overlaps this process's own work; it touches the GPU for its
+    measurement only once :meth:`Started.table` gives it its turn.
+    """
+    return start_nsight_tables(script, func, ncu=ncu, variants={None: {"report": settings.pop("report", None)}},
+                               timeout=timeout, **settings)
+
+
+def start_nsight_tables(script: str, func, *, ncu: str, variants: dict, timeout: int = 600, **settings) -> Started:
+    """Start :func:`nsight_tables`'s ncu processes now; :meth:`Started.tables` lets them measure."""
     check_nsight_version()
     if not os.path.exists(script):
         raise NcuCliError(f"no kernels module at {script}: run its %%writefile cell first")
-    report = report or f"{func.__name__}.ncu-rep"
-    cmd = nsight_command(ncu, script, func.__name__, configs, runs, metrics, report, cache_control,
-                         clock_control, replay_mode)
-    print(f"  $ {command_text(cmd)}")
-    started = time.perf_counter()
-    run(cmd, timeout=timeout)
-    profiled = time.perf_counter()
-    table = read_nsight_table(report, func, configs, runs, metrics, combine_kernel_metrics=combine_kernel_metrics,
-                              derive_metric=derive_metric, normalize_against=normalize_against,
-                              ignore_kernel_list=ignore_kernel_list)
-    print(f"  (ncu ran {profiled - started:.1f} s, its report was read in {time.perf_counter() - profiled:.1f} s)")
-    keep_table(table, func, configs, runs, metrics, name=os.path.basename(report).removesuffix(".ncu-rep"))
-    return table
+    chosen = {key: _variant_settings(func, key, dict(variant), settings) for key, variant in variants.items()}
+    commands = {key: nsight_command(ncu, script, func.__name__, v["configs"], v["runs"], v["metrics"], v["report"],
+                                    v["cache_control"], v["clock_control"], v["replay_mode"])
+                for key, v in chosen.items()}
+    for cmd in commands.values():
+        print(f"  $ {command_text(cmd)}")
+    return Started(func, chosen, Turns(list(commands.values()), timeout))
+
+
+class Started:
+    """ncu processes started by :func:`start_nsight_tables`, waiting for their turns to measure.
+
+    :meth:`tables` gives the turns and reads nsight-python's tables; if it is never called,
+    the processes are stopped when this object is dropped (a rerun cell), at exit, or when
+    they see that this process is gone.
+    """
+
+    def __init__(self, func, chosen: dict, turns: Turns) -> None:
+        self.func, self.chosen, self.turns = func, chosen, turns
+        self.started = time.perf_counter()
+
+    def tables(self) -> dict:
+        """Let each process measure in turn, then read each report: ``{key: nsight-python's table}``."""
+        self.turns.take()
+        profiled = time.perf_counter()
+        tables = {}
+        for key, v in self.chosen.items():
+            tables[key] = read_nsight_table(v["report"], self.func, v["configs"], v["runs"], v["metrics"],
+                                            combine_kernel_metrics=v.get("combine_kernel_metrics"),
+                                            derive_metric=v.get("derive_metric"),
+                                            normalize_against=v.get("normalize_against"),
+                                            ignore_kernel_list=v.get("ignore_kernel_list"))
+            keep_table(tables[key], self.func, v["configs"], v["runs"], v["metrics"],
+                       name=os.path.basename(v["report"]).removesuffix(".ncu-rep"))
+        read = time.perf_counter() - profiled
+        if len(tables) == 1:
+            print(f"  (ncu ran {profiled - self.started:.1f} s, its report was read in {read:.1f} s)")
+        else:
+            print(f"  ({len(tables)} ncu processes, started together, measuring one at a time, ran "
+                  f"{profiled - self.started:.1f} s in all; their reports were read in {read:.1f} s)")
+        return tables
+
+    def table(self) -> pd.DataFrame:
+        """The one table of :func:`start_nsight_table`."""
+        (table,) = self.tables().values()
+        return table
+
+
+class Turns:
+    """Commands started at once whose children measure one at a time, in order.
+
+    Child *i* finds its turn file (``turn-<i>`` in a private folder, named by :data:`TURN_VAR`)
+    only once command *i - 1* has exited. Output goes to unnamed temporary files (a pipe nobody
+    reads could fill and block a child).
+    """
+
+    def __init__(self, commands: Sequence[Sequence[str]], timeout: int = 600, folder: str | None = None) -> None:
+        release_gpu_cache()
+        self.commands, self.timeout = [list(cmd) for cmd in commands], timeout
+        self._own = None if folder else tempfile.TemporaryDirectory(prefix="ncu_turns_")
+        self.folder = folder or self._own.name
+        self.processes: list[subprocess.Popen] = []
+        self.logs = []
+        try:
+            for index, cmd in enumerate(self.commands):
+                self.logs.append(tempfile.TemporaryFile(mode="w+"))
+                env = {**child_environment(), TURN_VAR: self.turn_file(index), OWNER_VAR: str(os.getpid()),
+                       TURN_TIMEOUT_VAR: str(timeout)}
+                self.processes.append(subprocess.Popen(cmd, stdout=self.logs[-1], stderr=subprocess.STDOUT,
+                                                       text=True, env=env))
+        except BaseException:
+            self.stop()
+            raise
+        self._finalizer = weakref.finalize(self, Turns._stop, self.processes, self.logs, self._own)
+
+    def turn_file(self, index: int) -> str:
+        return os.path.join(self.folder, f"turn-{index}")
+
+    def take(self) -> list[str]:
+        """Give each child its turn after the previous command exited; each command's output, in order.
+
+        Raises as :func:`run` does for the first that fails; the others are stopped either way.
+        """
+        try:
+            release_gpu_cache()  # what this process freed since the start is its children's now
+            outputs = []
+            for index, (process, log) in enumerate(zip(self.processes, self.logs)):
+                open(self.turn_file(index), "w").close()
+                try:
+                    code = process.wait(timeout=self.timeout)
+                except subprocess.TimeoutExpired:
+                    raise NcuCliError(f"ncu still running after {self.timeout} s: "
+                                      f"{command_text(self.commands[index])}") from None
+                log.seek(0)
+                outputs.append(check_output(log.read(), code))
+            return outputs
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """Kill whatever still runs and close the logs (and the turn folder this object made)."""
+        Turns._stop(self.processes, self.logs, self._own)
+
+    @staticmethod
+    def _stop(processes, logs, own) -> None:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        for log in logs:
+            log.close()
+        if own is not None:
+            own.cleanup()
+
+
+def run_in_turns(commands: Sequence[Sequence[str]], folder: str | None = None, timeout: int = 600) -> list[str]:
+    """Start every command at once; their children measure one at a time, in order (:class:`Turns`)."""
+    return Turns(commands, timeout, folder).take()
+
+
+def check_output(output: str, returncode: int) -> str:
+    """``output`` of an ncu command that exited with ``returncode``; raises if it failed.
+
+    :class:`CountersNotPermitted` when ncu says the counters are reserved to administrators
+    (whatever its exit code: ncu may still exit 0 after refusing every kernel), else
+    :class:`NcuCliError` with ncu's last lines for a non-zero exit.
+    """
+    if counters_refused(output):
+        line = next((line for line in output.splitlines() if PERMISSION_CODE in line), PERMISSION_CODE)
+        raise CountersNotPermitted(f"{line.strip()} -- what to do: {PERMISSION_REMEDY}")
+    if returncode != 0:
+        tail = "\n".join(output.strip().splitlines()[-6:])
+        raise NcuCliError(f"ncu exited {returncode}:\n{tail}")
+    return output
 
 
 KEEP_VAR = "NSPY_TUTORIAL_KEEP_TABLES"
@@ -444,13 +616,19 @@ def load_table(path: str) -> tuple[dict, pd.DataFrame]:
     return kept["call"], table
 
 
-def replay(namespace: dict, argv: Sequence[str] | None = None) -> None:
+def replay(namespace: dict, argv: Sequence[str] | None = None, warm_up=None, before_turn: dict | None = None) -> None:
     """Run a kernels module's function as nsight-python runs a decorated one; for its ``__main__``.
 
     ``argv`` (default ``sys.argv[1:]``) is ``<function> <configs as JSON> <runs>``, as
     :func:`nsight_command` writes it. Every config, then every run of it, in that order;
     before each run the annotation state is cleared, as nsight-python does, so each run may
-    enter the same ``nsight.annotate`` names again.
+    enter the same ``nsight.annotate`` names again. ``warm_up`` (a function) runs first, outside
+    every annotation. Before either touches the GPU, the child waits for its turn
+    (:func:`wait_for_turn`) when it was started ahead (:func:`start_nsight_table`) or beside
+    others (:func:`nsight_tables`). ``before_turn`` maps a function's name to work it needs
+    done first, called with each config *before* the wait -- e.g. a ``torch.compile``, which
+    then overlaps the notebook's own; it must not be measured, and the notebook measures nothing
+    meanwhile (it is waiting for this child, or compiling).
     """
     from nsight.annotation import clear_active_annotations
 
@@ -460,6 +638,11 @@ def replay(namespace: dict, argv: Sequence[str] | None = None) -> None:
     name, configs, runs = args[0], json.loads(args[1]), int(args[2])
     if not callable(namespace.get(name)):
         raise SystemExit(f"no function {name!r} in this module")
+    for config in configs if before_turn and name in before_turn else ():
+        before_turn[name](*config)
+    wait_for_turn()
+    if warm_up is not None:
+        warm_up()
     for config in configs:
         for _ in range(runs):
             clear_active_annotations()
@@ -467,3 +650,35 @@ def replay(namespace: dict, argv: Sequence[str] | None = None) -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+
+
+def wait_for_turn(timeout: float | None = None) -> None:
+    """Wait until the file named by :data:`TURN_VAR` exists (at once when the variable is unset).
+
+    :class:`Turns` creates it when the previous ncu process has exited. A child gives up when
+    the process that started it is gone, or after ``timeout`` seconds (default: the starter's
+    timeout, :data:`TURN_TIMEOUT_VAR`, else 600): nobody is left to give the turn.
+    """
+    path = os.environ.get(TURN_VAR)
+    if not path:
+        return
+    if timeout is None:
+        timeout = float(os.environ.get(TURN_TIMEOUT_VAR) or 600)
+    owner = int(os.environ.get(OWNER_VAR) or 0)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no turn to measure within {timeout:.0f} s ({TURN_VAR}={path})")
+        if owner and not _alive(owner):
+            raise SystemExit(f"the process that started this one ({owner}) is gone: nobody will give the turn")
+        time.sleep(0.005)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True

@@ -5,9 +5,9 @@
   preload, ``import nsight``, CUPTI activation, and only then torch -- and run any other way it
   must take none of them. Its ``combine_kernel_metrics`` and empty-result check run here too.
 * The analysis (``times``, ``welch``, ``reading``, ``compare``, ``event_clocks``) runs on tables
-  shaped exactly as nsight-python returns them: ``09_cupti_vs_ncu--workload_{all,none}`` (the
+  shaped exactly as nsight-python returns them: ``09_cupti_vs_ncu--workload-{all,none}`` (the
   ``ncu`` command line read back by nsight-python's own extraction; the Nsight Compute backend
-  gives the same shape) and ``--workload_cupti`` (the CUPTI backend). Until the GPU run replaces
+  gives the same shape) and ``--workload-cupti`` (the CUPTI backend). Until the GPU run replaces
   them they are provisional, built with nsight-python's own ``extract_df_from_data`` and
   ``aggregate_data``; the tests below hold for any real run's values.
 * What the notebook says about torch's libcupti, from ``torch.version.cuda`` (a fake CUDA 12
@@ -39,7 +39,7 @@ ANALYSIS = functions(STEM, "times", "welch", "reading", "compare", "event_clocks
 
 
 def tables() -> dict[str, pd.DataFrame]:
-    return {name: fixture(f"{STEM}--workload_{name}")[1] for name in ("cupti", "all", "none")}
+    return {name: fixture(f"{STEM}--workload-{name}")[1] for name in ("cupti", "all", "none")}
 
 
 # --- the kernels module: the CUPTI child's order -----------------------------------------------

@@ -193,8 +193,7 @@ if __name__ == "__main__":
     elif sys.argv[1] == "plain":  # no nsight tool active: torch.profiler has CUPTI to itself
         print("NSPY_RESULT " + json.dumps({"cuda_events": profiler_events()}))
     else:                         # the ncu command line: configs x runs, as nsight-python (the printed command)
-        warm_up()
-        ncu_cli.replay(globals())
+        ncu_cli.replay(globals(), warm_up=warm_up)
 
 # %%
 import os
@@ -291,7 +290,7 @@ with nt.section("1. CUPTI times the workload") as s:
     else:                       # Nsight Compute holds this process (e.g. Colab): CUPTI in a child, same file
         CUPTI = cupti_child("cupti_workload")
     s.result = f"CUPTI: {len(CUPTI['table'])} operations x {ck.RUNS} runs"
-    ncu_cli.keep_table(CUPTI["table"], ck.workload, [()], ck.RUNS, [TIME], name="workload_cupti")  # for the tests
+    ncu_cli.keep_table(CUPTI["table"], ck.workload, [()], ck.RUNS, [TIME], name="workload-cupti")  # for the tests
     print(f"  {nt.rules('cupti')}")
     nt.show(times(CUPTI["table"]).reset_index(names="op"), ["op", "mean", "sd", "runs", "kernels"])
 
@@ -313,14 +312,15 @@ NCU_SETTINGS = dict(runs=3, metrics=[TIME, CLOCK], combine_kernel_metrics=ck.per
 with nt.section("2. Nsight Compute times the same workload, flushed and not") as s:
     ENV.require("profiler")
     NCU, source = {}, "ncu" if ENV.backend == "ncu" else "ncu-cli"
-    for cache in ("all", "none"):
-        if ENV.backend == "ncu":  # nsight-python's Nsight Compute backend, in this process
+    if source == "ncu":  # nsight-python's Nsight Compute backend, in this process
+        for cache in ("all", "none"):
             ck.warm_up()
             NCU[cache] = nsight.analyze.kernel(cache_control=cache, **NCU_SETTINGS)(ck.workload)().to_dataframe()
-        else:                     # an older ncu: the ncu command line on the same file
-            ENV.require("ncu-cli")
-            NCU[cache] = ncu_cli.nsight_table("cupti_ncu_kernels.py", ck.workload, ncu=ENV.ncu_path, configs=[()],
-                                              cache_control=cache, report=f"workload_{cache}.ncu-rep", **NCU_SETTINGS)
+    else:                # an older ncu: the ncu command line on the same file, one process per setting
+        ENV.require("ncu-cli")
+        NCU = ncu_cli.nsight_tables("cupti_ncu_kernels.py", ck.workload, ncu=ENV.ncu_path, configs=[()], **NCU_SETTINGS,
+                                    variants={cache: dict(cache_control=cache) for cache in ("all", "none")})
+    for cache in NCU:
         print(f"  {nt.rules(source, cache_control=cache, clock_control='none')}")
     s.result = f"Nsight Compute ({source}): cache_control all and none, {NCU_SETTINGS['runs']} runs each"
 
