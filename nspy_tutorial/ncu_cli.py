@@ -22,7 +22,10 @@ upgrade. The pieces, each usable on its own so a notebook can show what it runs:
 * :func:`nsight_table` -- run a notebook's kernels module under ncu the way nsight-python
   runs a decorated function, and return nsight-python's own ``to_dataframe()`` table
   (:func:`read_nsight_table` reads such a report; :func:`replay` is what the module's
-  ``if __name__ == "__main__":`` block calls).
+  ``if __name__ == "__main__":`` block calls);
+* :func:`nsight_tables` -- the same under several settings, one ncu process each, started
+  together; :func:`start_nsight_table` -- one started ahead of the notebook's own work. The
+  children measure in turns (:class:`Turns`): start-ups overlap, measurements never do.
 
 ``nsight_table`` is how a machine without the Nsight Compute backend (ncu older than
 2026.2.1) still hands a notebook the same table that backend gives: ncu in launch mode

@@ -6,8 +6,10 @@ Usage::
                       [--only 02 05 ...] [--timeout 1800]
 
 Each notebook runs in its own Jupyter kernel through nbclient, one notebook after another;
-the next notebook's kernel starts while the current one runs (:class:`Kernel`), and a
-finished kernel is killed rather than shut down. The notebooks' section
+the next notebook's kernel starts while the current one runs (:class:`Kernel`) and, when the
+notebook's setup cell is the one call ``nt.setup(...)``, runs the setup's CUDA-free steps and
+imports there (:func:`nspy_tutorial.bootstrap.warm_up`); a finished kernel is killed rather
+than shut down. The notebooks' section
 guards append one JSON line per section to the file named by ``NSPY_TUTORIAL_RESULTS``
 (one file per notebook, set by the runner); the runner reads them back and writes
 ``<out>/results.md`` and ``<out>/results.json`` next to executed copies of the
