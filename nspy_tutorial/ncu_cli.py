@@ -43,6 +43,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -495,7 +496,8 @@ class Turns:
 
     Child *i* finds its turn file (``turn-<i>`` in a private folder, named by :data:`TURN_VAR`)
     only once command *i - 1* has exited. Output goes to unnamed temporary files (a pipe nobody
-    reads could fill and block a child).
+    reads could fill and block a child). Each command leads a process group of its own, so that
+    stopping it also stops the Python that ncu launched, which would otherwise wait on.
     """
 
     def __init__(self, commands: Sequence[Sequence[str]], timeout: int = 600, folder: str | None = None) -> None:
@@ -511,7 +513,7 @@ class Turns:
                 env = {**child_environment(), TURN_VAR: self.turn_file(index), OWNER_VAR: str(os.getpid()),
                        TURN_TIMEOUT_VAR: str(timeout)}
                 self.processes.append(subprocess.Popen(cmd, stdout=self.logs[-1], stderr=subprocess.STDOUT,
-                                                       text=True, env=env))
+                                                       text=True, env=env, start_new_session=True))
         except BaseException:
             self.stop()
             raise
@@ -547,10 +549,12 @@ class Turns:
 
     @staticmethod
     def _stop(processes, logs, own) -> None:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        for process in processes:  # each ncu leads a session of its own: ncu and the Python it launched
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):  # the whole group has exited
+                pass
+            process.wait()
         for log in logs:
             log.close()
         if own is not None:

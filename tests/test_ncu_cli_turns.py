@@ -159,3 +159,34 @@ def test_a_setting_given_for_one_process_overrides_the_shared_one():
 def test_turn_files_go_in_the_folder_given_and_nothing_else_is_left_there(tmp_path):
     ncu_cli.run_in_turns([[sys.executable, "-c", "pass"]] * 2, str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == ["turn-0", "turn-1"]
+
+
+LAUNCHER = """
+import subprocess, sys
+subprocess.run([sys.executable, "-c", sys.argv[1], *sys.argv[2:]])
+"""
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # a zombie has exited
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc")
+def test_stopping_a_waiting_command_also_stops_the_python_it_launched(tmp_path):
+    """As ncu launches the profiled Python: killing only the launcher would leave it waiting for a turn."""
+    grandchild = 'import os, sys; open(sys.argv[1], "w").write(str(os.getpid())); import time; time.sleep(60)'
+    turns = ncu_cli.Turns([[sys.executable, "-c", LAUNCHER, grandchild, str(tmp_path / "pid")]])
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
+        assert time.monotonic() < deadline, "the launched Python never started"
+        time.sleep(0.05)
+    pid = int((tmp_path / "pid").read_text())
+    turns.stop()
+    deadline = time.monotonic() + 10
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid)
