@@ -296,10 +296,7 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
         if directory:
             backend.put_first_on_path(directory)
             chosen, ncu_problem = decide_ncu(backend.find_ncu_installs(), True)
-    if chosen is not None and chosen.new_enough:
-        backend.put_first_on_path(os.path.dirname(chosen.path))
-
-    forced_cupti, want_cupti, cupti_problem = _load_nsight(gpu_problem, ncu_problem)
+    forced_cupti, want_cupti, cupti_problem = _load_nsight(chosen, gpu_problem, ncu_problem)
     import nsight
     from nsight.collection import ncu as nsight_ncu
 
@@ -343,12 +340,16 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
     return _complete(env)
 
 
-def _load_nsight(gpu_problem: str | None, ncu_problem: str | None) -> tuple[bool, bool, str | None]:
-    """Steps 4 and 5: the libcupti preload where CUPTI will be wanted, then ``import nsight``.
+def _load_nsight(chosen: backend.NcuInstall | None, gpu_problem: str | None,
+                 ncu_problem: str | None) -> tuple[bool, bool, str | None]:
+    """Steps 4 and 5: a new-enough ``chosen`` ncu first on PATH (where nsight looks), the libcupti
+    preload where CUPTI will be wanted, then ``import nsight``.
 
     Returns (CUPTI forced by NSPY_TUTORIAL_BACKEND, CUPTI wanted, why CUPTI cannot run or None).
     Nothing here starts CUDA or prints; :func:`warm_up` runs it too, ahead of :func:`setup`.
     """
+    if chosen is not None and chosen.new_enough:
+        backend.put_first_on_path(os.path.dirname(chosen.path))
     forced_cupti = backend_choice() == "cupti"
     library = backend.find_cupti_library()
     cupti_problem = backend.cupti_problem(library, backend.cupti_python_available())
@@ -388,9 +389,7 @@ def warm_up() -> list[str]:
         return []
     _, _, gpu_problem = probe_gpu()
     chosen, ncu_problem = decide_ncu(backend.find_ncu_installs(), gpu_problem is None)
-    if chosen is not None and chosen.new_enough:
-        backend.put_first_on_path(os.path.dirname(chosen.path))
-    _load_nsight(gpu_problem, ncu_problem)
+    _load_nsight(chosen, gpu_problem, ncu_problem)
     loaded = ["nsight"]
     for name in WARM_MODULES:
         try:

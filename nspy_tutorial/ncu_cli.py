@@ -364,31 +364,24 @@ def read_nsight_table(report: str, func, configs: Sequence, runs: int, metrics: 
     return transformation.aggregate_data(raw, func, normalize_against, VerbosityLevel.SILENT)
 
 
-def nsight_table(script: str, func, *, ncu: str, configs: Sequence, runs: int = 10,
-                 metrics: Sequence[str] = ("gpu__time_duration.sum",), cache_control: str = "all",
-                 clock_control: str = "none", replay_mode: str = "kernel", combine_kernel_metrics=None,
-                 derive_metric=None, normalize_against: str | None = None,
-                 ignore_kernel_list: Sequence[str] | None = None, thermal_mode: str = "off",
-                 report: str | None = None, timeout: int = 600, **ignored) -> pd.DataFrame:
+def nsight_table(script: str, func, *, ncu: str, timeout: int = 600, **settings) -> pd.DataFrame:
     """Profile ``func`` from ``script`` with the ncu command line; return nsight-python's table.
 
     ``script`` is the kernels module that defines ``func`` and ends with
     ``if __name__ == "__main__": ncu_cli.replay(globals())``. The keyword arguments are
-    ``nsight.analyze.kernel``'s, with its defaults (``cache_control="all"``,
-    ``clock_control="none"``), so one settings dict serves both paths; the command is
-    printed once. The report is written to ``report`` (default ``<function>.ncu-rep`` in the
-    working directory) and read back by :func:`read_nsight_table`.
+    ``nsight.analyze.kernel``'s (``configs``, ``runs``, ``metrics``, ``cache_control``,
+    ``clock_control``, ``replay_mode``, ``combine_kernel_metrics``, ``derive_metric``,
+    ``normalize_against``, ``ignore_kernel_list``, ``thermal_mode="off"``), with its defaults
+    (``cache_control="all"``, ``clock_control="none"``), so one settings dict serves both paths;
+    the command is printed once. The report is written to ``report`` (default
+    ``<function>.ncu-rep`` in the working directory) and read back by :func:`read_nsight_table`.
     """
-    settings = dict(configs=configs, runs=runs, metrics=metrics, cache_control=cache_control,
-                    clock_control=clock_control, replay_mode=replay_mode, combine_kernel_metrics=combine_kernel_metrics,
-                    derive_metric=derive_metric, normalize_against=normalize_against,
-                    ignore_kernel_list=ignore_kernel_list, thermal_mode=thermal_mode, **ignored)
-    return nsight_tables(script, func, ncu=ncu, variants={None: {"report": report}}, timeout=timeout,
-                         **settings)[None]
+    return start_nsight_table(script, func, ncu=ncu, timeout=timeout, **settings).table()
 
 
 def _variant_settings(func, key, variant: dict, settings: dict) -> dict:
-    """One variant's settings: ``settings`` overridden by ``variant``, checked, with its report's name."""
+    """One variant's settings: nsight.analyze.kernel's defaults, overridden by ``settings``, then by
+    ``variant``; checked, with its report's name (the function's, then the key's parts)."""
     merged = {"runs": 10, "metrics": ("gpu__time_duration.sum",), "cache_control": "all", "clock_control": "none",
               "replay_mode": "kernel", "thermal_mode": "off", **settings, **variant}
     if "configs" not in merged:
@@ -434,8 +427,7 @@ def start_nsight_table(script: str, func, *, ncu: str, timeout: int = 600, **set
     before its turn) then overlaps this process's own work; it touches the GPU for its
     measurement only once :meth:`Started.table` gives it its turn.
     """
-    return start_nsight_tables(script, func, ncu=ncu, variants={None: {"report": settings.pop("report", None)}},
-                               timeout=timeout, **settings)
+    return start_nsight_tables(script, func, ncu=ncu, variants={None: {}}, timeout=timeout, **settings)
 
 
 def start_nsight_tables(script: str, func, *, ncu: str, variants: dict, timeout: int = 600, **settings) -> Started:
@@ -645,8 +637,9 @@ def replay(namespace: dict, argv: Sequence[str] | None = None, warm_up=None, bef
     name, configs, runs = args[0], json.loads(args[1]), int(args[2])
     if not callable(namespace.get(name)):
         raise SystemExit(f"no function {name!r} in this module")
-    for config in configs if before_turn and name in before_turn else ():
-        before_turn[name](*config)
+    if before_turn and name in before_turn:
+        for config in configs:
+            before_turn[name](*config)
     wait_for_turn()
     if warm_up is not None:
         warm_up()
@@ -687,5 +680,5 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # it exists, under another user
-        return True
+        pass
     return True

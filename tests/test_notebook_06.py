@@ -2,9 +2,8 @@
 
 * Its analysis (``place``, ``roof_table``, ``combine``) runs here on a table shaped exactly as
   nsight-python's Nsight Compute backend returns it: ``tests/fixtures/06_roofline--limits.json``,
-  the one table sections 2 and 3 share (PROVISIONAL until the GPU run keeps the real one with
-  ``NSPY_TUTORIAL_KEEP_TABLES``: hand-made H200-like values passed through nsight-python's own
-  ``extract_df_from_data`` and ``aggregate_data`` with the notebook's ``combine``).
+  the one table sections 2 and 3 share, kept from a strict run on the GPU test machine
+  (``NSPY_TUTORIAL_KEEP_TABLES``).
 * Its hand counts (FLOPs and the bytes the formula counts) are checked against what PyTorch's
   eager ops read and write, seen through the dispatcher on CPU; so is the rule the notebook uses
   instead of kernel names to know the math attention path's precision.
@@ -33,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 STEM = "06_roofline"
 TIME, DRAM_BYTES = "gpu__time_duration.sum", "dram__bytes.sum"
 SM_PCT, DRAM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed", "dram__throughput.avg.pct_of_peak_sustained_elapsed"
-# Roofs as section 1 measures them on an H200 (the provisional fixture's GPU): GB/s and TFLOP/s.
+# Roofs as section 1 measures them on an H200 (the fixture's GPU): GB/s and TFLOP/s.
 H200_ROOFS = {"memory": 4450.0, "fp16": 777.0, "bf16": 807.0, "fp32": 58.0}
 H200_L2 = 60 * 2**20
 

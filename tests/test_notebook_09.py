@@ -7,9 +7,8 @@
 * The analysis (``times``, ``welch``, ``reading``, ``compare``, ``event_clocks``) runs on tables
   shaped exactly as nsight-python returns them: ``09_cupti_vs_ncu--workload-{all,none}`` (the
   ``ncu`` command line read back by nsight-python's own extraction; the Nsight Compute backend
-  gives the same shape) and ``--workload-cupti`` (the CUPTI backend). Until the GPU run replaces
-  them they are provisional, built with nsight-python's own ``extract_df_from_data`` and
-  ``aggregate_data``; the tests below hold for any real run's values.
+  gives the same shape) and ``--workload-cupti`` (the CUPTI backend), kept from a strict run on
+  the GPU test machine (``NSPY_TUTORIAL_KEEP_TABLES``); the tests below hold for any real run's values.
 * What the notebook says about torch's libcupti, from ``torch.version.cuda`` (a fake CUDA 12
   torch), and a failed ``pip install`` of cupti-python on Colab: SKIPPED with the remedy.
 """
