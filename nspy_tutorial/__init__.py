@@ -23,11 +23,12 @@ _HOME = {
     "nvml_handle": ("nvml_device", "handle"),
     "Skip": ("sections", "Skip"),
     "claim": ("sections", "claim"),
+    "needs": ("sections", "needs"),
     "section": ("sections", "section"),
     "summary": ("sections", "summary"),
 }
 
-__all__ = ["Environment", "Skip", "banner", "claim", "nvml_handle", "rules", "section", "setup", "short_kernel_name",
+__all__ = ["Environment", "Skip", "banner", "claim", "needs", "nvml_handle", "rules", "section", "setup", "short_kernel_name",
            "show", "summary"]
 
 

@@ -9,23 +9,21 @@ The contract with the script is one line on stdout::
 
     print(RESULT_MARKER + json.dumps(result))   # i.e. "NSPY_RESULT {...}"
 
-:func:`parse_result` finds the last such line in any stdout, so the same contract works
-for a script run under ``ncu``, whose own output surrounds the script's. :func:`run_json`
-starts the child with this process's environment minus the profiler-injection variables
-(:func:`nspy_tutorial.ncu_cli.child_environment`) plus the variables you give it.
+:func:`run_json` starts the child with this process's environment minus the
+profiler-injection variables (:func:`nspy_tutorial.ncu_cli.child_environment`) plus the
+variables you give it, and waits for it in the foreground: the child ends with the cell or
+the kernel (:mod:`nspy_tutorial.lifetime`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nspy_tutorial import ncu_cli
+from nspy_tutorial import lifetime, ncu_cli
 
 RESULT_MARKER = "NSPY_RESULT "
 
@@ -34,21 +32,12 @@ class ChildError(RuntimeError):
     """The child exited non-zero, timed out, or printed no result line."""
 
 
-@dataclasses.dataclass(frozen=True)
-class ChildRun:
-    """What a child returned: its result, its wall time (start to exit) and its stderr."""
-
-    result: dict[str, Any]
-    seconds: float
-    stderr: str
-
-
-def parse_result(stdout: str) -> dict[str, Any]:
-    """The JSON object on the last ``NSPY_RESULT`` line of ``stdout``.
+def parse_result(output: str) -> dict[str, Any]:
+    """The JSON object on the last ``NSPY_RESULT`` line of ``output``.
 
     Raises :class:`ChildError` when there is no such line or it is not a JSON object.
     """
-    lines = [line for line in stdout.splitlines() if line.startswith(RESULT_MARKER)]
+    lines = [line for line in output.splitlines() if line.startswith(RESULT_MARKER)]
     if not lines:
         raise ChildError(f"the child printed no line starting with {RESULT_MARKER.strip()!r}")
     try:
@@ -64,37 +53,21 @@ def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def run_json(
-    script: str,
-    args: Sequence[str] = (),
-    env: Mapping[str, str] | None = None,
-    timeout: float = 300,
-) -> ChildRun:
-    """Run ``python script *args`` and return its parsed result and wall time.
+def run_json(script: str, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+             timeout: float = 300) -> dict[str, Any]:
+    """Run ``python script *args`` and return its result.
 
-    ``script`` is a path (write it with :func:`nspy_tutorial.ncu_cli.write_script`).
     ``env`` adds to (or overrides) the cleaned environment. Raises :class:`ChildError`
     with the last lines of the child's output when it fails or times out.
     """
-    environment = ncu_cli.child_environment()
-    environment.update(env or {})
-    start = time.perf_counter()
     try:
-        done = subprocess.run(
-            [sys.executable, script, *args],
-            capture_output=True,
-            text=True,
-            env=environment,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise ChildError(f"the child ran longer than {timeout:g} s and was stopped") from exc
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise ChildError(f"the child exited {done.returncode}:\n{_tail(done.stdout + done.stderr)}")
+        code, output = lifetime.run([sys.executable, script, *args], {**ncu_cli.child_environment(), **(env or {})},
+                                    timeout)
+    except subprocess.TimeoutExpired:
+        raise ChildError(f"the child ran longer than {timeout:g} s and was stopped") from None
+    if code != 0:
+        raise ChildError(f"the child exited {code}:\n{_tail(output)}")
     try:
-        result = parse_result(done.stdout)
+        return parse_result(output)
     except ChildError as exc:
-        raise ChildError(f"{exc}; its last lines:\n{_tail(done.stdout + done.stderr)}") from exc
-    return ChildRun(result=result, seconds=seconds, stderr=done.stderr)
+        raise ChildError(f"{exc}; its last lines:\n{_tail(output)}") from exc

@@ -100,6 +100,23 @@ def counters_skip(exc: BaseException) -> BaseException:
                 COUNTERS_REMEDY, needs="counters")
 
 
+def needs(value, section: str, need: str = "profiler"):
+    """``value``, made by an earlier section (``section``: its number, e.g. ``"1"``, ``"2b"``).
+
+    When it is None, the section that needs it is SKIPPED with that section's own outcome as
+    reason, its remedy, and its need (so a section after one skipped for want of a GPU is
+    counted under "gpu" too); ``need`` is the need when the earlier one recorded none.
+    """
+    if value is not None:
+        return value
+    earlier = next((r for r in records() if r.section.startswith(section + ".")), None)
+    if earlier is None:
+        raise Skip(f"needs section {section}'s result; section {section} has not run", f"run section {section} first",
+                   needs=need)
+    raise Skip(f"needs section {section}'s result; section {section}: {earlier.status}, {earlier.reason}",
+               earlier.remedy or f"run section {section} first", needs=earlier.needs or need)
+
+
 class ClaimFailed(AssertionError):
     """A statement the notebook's prose makes no longer holds on the reader's data."""
 

@@ -4,21 +4,22 @@
   the analysis a notebook runs on its table is tested as the notebook has it.
 * :func:`module_source` is the text of a ``# %% writefile NAME.py`` cell, and
   :func:`import_module` writes it to a folder and imports it, as the notebook does.
-* :func:`fixture` loads a table kept from a GPU run (``NSPY_TUTORIAL_KEEP_TABLES``, see
-  ``ncu_cli.keep_table``): nsight-python's own extraction of an ncu report, shaped exactly
-  as the Nsight Compute backend's ``to_dataframe()`` -- the branch every Colab reader takes.
+* :func:`fixture` loads a table kept from a GPU run (``scripts/keep_fixtures.py``, which
+  saves them with ``ncu_cli.keep_table``): nsight-python's own table, shaped exactly as the
+  Nsight Compute backend's ``to_dataframe()`` -- the branch every Colab reader takes.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
+import json
 import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from nspy_tutorial import ncu_cli
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ROOT / "notebooks" / "src"
@@ -57,6 +58,17 @@ def import_module(stem: str, module: str, folder: Path):
         sys.path.remove(str(folder))
 
 
+def load_table(path: str | Path) -> tuple[dict, pd.DataFrame]:
+    """A table saved by ``ncu_cli.keep_table``: (the call, the DataFrame with its column types)."""
+    kept = json.loads(Path(path).read_text(encoding="utf-8"))
+    split = kept["table"]
+    table = pd.DataFrame(split["data"], columns=split["columns"])
+    for column, dtype in kept["dtypes"].items():
+        if dtype not in ("object", "str", "string"):
+            table[column] = table[column].astype(dtype)
+    return kept["call"], table
+
+
 def fixture(name: str):
     """(call, table) of ``tests/fixtures/<name>.json``, e.g. ``fixture("07_kernel_fusion--fusion")``."""
-    return ncu_cli.load_table(str(FIXTURES / f"{name}.json"))
+    return load_table(FIXTURES / f"{name}.json")

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from notebook_code import load_table
 
 from nspy_tutorial import ncu_cli, sections
 
@@ -115,7 +116,8 @@ def test_a_kept_table_loads_back_equal_with_its_column_types(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     table = nsight_shaped_table()
     path = ncu_cli.keep_table(table, nsight_shaped_table, [16777216], 3, ["dram__bytes.sum"])
-    call, back = ncu_cli.load_table(path)
+    assert path == str(tmp_path / "kept" / f"{tmp_path.name}--nsight_shaped_table.json")
+    call, back = load_table(path)
     assert call == {"function": "nsight_shaped_table", "configs": [[16777216]], "runs": 3,
                     "metrics": ["dram__bytes.sum"]}
     pd.testing.assert_frame_equal(back, table, check_dtype=False)
@@ -125,6 +127,22 @@ def test_a_kept_table_loads_back_equal_with_its_column_types(tmp_path, monkeypat
 def test_without_the_variable_nothing_is_kept(monkeypatch):
     monkeypatch.delenv(ncu_cli.KEEP_VAR, raising=False)
     assert ncu_cli.keep_table(nsight_shaped_table(), print, [1], 1, ["m"]) is None
+
+
+def test_nsight_table_prints_its_command_runs_it_and_keeps_the_table_it_read(tmp_path, monkeypatch, capsys):
+    """The tests' fixtures are kept by nsight_table itself when NSPY_TUTORIAL_KEEP_TABLES is set."""
+    (tmp_path / "k.py").write_text(MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(ncu_cli.KEEP_VAR, str(tmp_path / "kept"))
+    read = []
+    monkeypatch.setattr(ncu_cli, "read_nsight_table", lambda report, *a, **k: read.append(report) or nsight_shaped_table())
+    table = ncu_cli.nsight_table("k.py", nsight_shaped_table, ncu=fake_ncu(tmp_path, "", 0), configs=[16777216],
+                                 runs=3, report="work-none.ncu-rep", cache_control="none", verbosity=0)
+    printed = capsys.readouterr().out
+    assert printed.startswith("  $ ") and "--cache-control none --clock-control none" in printed
+    assert read == ["work-none.ncu-rep"]
+    call, kept = load_table(tmp_path / "kept" / f"{tmp_path.name}--work-none.json")
+    assert call["runs"] == 3 and len(kept) == len(table)
 
 
 def fake_ncu(tmp_path, output: str, code: int) -> str:

@@ -1,0 +1,124 @@
+"""Every process a notebook starts ends with its cell, or with its kernel.
+
+:func:`run` runs a command in the foreground of the cell and returns its exit code and
+output. Whatever ends the wait -- the command's exit, its timeout, an interrupted cell
+(``KeyboardInterrupt``) -- it kills the command's whole tree before it returns: every
+process carrying the command's :data:`TREE_VAR` value, and every descendant of the command,
+also one that started a session of its own (ncu launches the profiled Python through its
+``TreeLauncherSubreaper``, which a process-group kill misses).
+
+When the kernel itself is killed, nothing of this process runs any more, so the children
+see to it: the command is killed with its parent (``PR_SET_PDEATHSIG``), and a Python child
+further down (the script ncu launched) calls :func:`watch_owner`, which exits it within half
+a second once the notebook's process (:data:`OWNER_VAR`) is gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+
+TREE_VAR = "NSPY_TUTORIAL_TREE"  # one value per command run: every process of its tree inherits it
+OWNER_VAR = "NSPY_TUTORIAL_OWNER"  # "<pid>:<start time>" of the notebook's process that started it
+PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if os.path.exists("/proc/self/stat") else None
+
+
+def _stat(pid: int | str) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state, ppid, ...); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def identity(pid: int) -> str | None:
+    """``"<pid>:<start time>"`` of a running process (not a zombie), else None: a reused pid differs."""
+    fields = _stat(pid)
+    return None if fields is None or fields[0] in "ZX" else f"{pid}:{fields[19]}"
+
+
+def _tree(tag: str, root: int) -> set[int]:
+    """Live processes that carry ``tag`` in their environment or descend from ``root``."""
+    parents, tagged = {}, set()
+    marker = f"{TREE_VAR}={tag}".encode()
+    for name in os.listdir("/proc"):
+        fields = _stat(name) if name.isdigit() else None
+        if fields is None or fields[0] in "ZX":
+            continue
+        parents[int(name)] = int(fields[1])
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                if marker in handle.read().split(b"\0"):
+                    tagged.add(int(name))
+        except OSError:  # another user's process, or gone
+            pass
+    found, grew = tagged | ({root} & parents.keys()), True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in found} - found
+        found, grew = found | more, bool(more)
+    return found - {os.getpid()}
+
+
+def kill_tree(tag: str, root: int) -> None:
+    """SIGKILL every process of the tree until none is left (a process may fork meanwhile)."""
+    for _ in range(100):
+        left = _tree(tag, root)
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def run(cmd: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
+    """Run ``cmd`` with ``env``; its exit code and its output (stdout and stderr, interleaved).
+
+    Raises ``subprocess.TimeoutExpired`` after ``timeout`` seconds. The output goes to a file,
+    not a pipe (a pipe nobody reads while waiting can fill and block the child).
+    """
+    tag = uuid.uuid4().hex
+    env = {**env, TREE_VAR: tag, OWNER_VAR: identity(os.getpid()) or ""}
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+                                   preexec_fn=_die_with_parent)
+        try:
+            code = process.wait(timeout=timeout)
+        finally:
+            kill_tree(tag, process.pid)
+            process.wait()
+        log.seek(0)
+        return code, log.read()
+
+
+def watch_owner(interval: float = 0.5) -> None:
+    """In a child started by :func:`run`: exit at once when the notebook's process is gone.
+
+    Does nothing in a process started otherwise (no :data:`OWNER_VAR`).
+    """
+    owner = os.environ.get(OWNER_VAR)
+    if not owner:
+        return
+
+    def watch() -> None:
+        while identity(int(owner.split(":")[0])) == owner:
+            time.sleep(interval)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="watch-owner", daemon=True).start()
