@@ -1,7 +1,6 @@
 """Specifications for nspy_tutorial.evidence (bookkeeping for keeping profiling evidence)."""
 
 import json
-import zipfile
 
 import numpy as np
 import pandas as pd
@@ -95,8 +94,8 @@ def test_round_trip_reports_a_missing_column_and_changed_values():
     (None, None),
     ("unknown", None),
 ])
-def test_parse_version(text, expected):
-    assert evidence.parse_version(text) == expected
+def test_a_version_is_read_from_the_text_ncu_and_ncu_report_give(text, expected):
+    assert evidence._version(text) == expected
 
 
 def test_reader_version_is_the_installed_ncu_report():
@@ -148,27 +147,3 @@ def test_environment_record_is_json_ready_without_a_gpu():
     assert record["gpu_problem"] == "NVML sees no GPU" and record["facts"] is None
     assert record["banner"] and "packages" in record and "nsight-python" in record["packages"]
     assert json.loads(text)["notebook"] == "10_keeping_the_evidence"
-
-
-def test_write_json_round_trips(tmp_path):
-    path = evidence.write_json({"a": (1, 2), "b": None}, tmp_path / "e.json")
-    assert json.loads(path.read_text()) == {"a": [1, 2], "b": None}
-
-
-def test_zip_folder_holds_every_file_under_the_folder_name(tmp_path):
-    folder = tmp_path / "evidence-1"
-    (folder / "plots").mkdir(parents=True)
-    (folder / "plots" / "p.png").write_bytes(b"png")
-    (folder / "environment.json").write_text("{}")
-    archive = evidence.zip_folder(folder)
-    assert archive == tmp_path / "evidence-1.zip"
-    names = set(zipfile.ZipFile(archive).namelist())
-    assert {"evidence-1/plots/p.png", "evidence-1/environment.json"} <= names
-    (folder / "late.txt").write_text("added")
-    assert "evidence-1/late.txt" in zipfile.ZipFile(evidence.zip_folder(folder)).namelist()
-
-
-def test_zip_folder_refuses_a_file(tmp_path):
-    (tmp_path / "f").write_text("x")
-    with pytest.raises(NotADirectoryError):
-        evidence.zip_folder(tmp_path / "f")

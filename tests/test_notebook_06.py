@@ -55,7 +55,7 @@ def rk(tmp_path_factory):
 @pytest.fixture(scope="module")
 def nb(rk):
     """The notebook's analysis functions, with the globals its cells give them."""
-    return functions(STEM, "combine", "kernel_model", "place", "roof_table", "earlier", "fmt",
+    return functions(STEM, "combine", "kernel_model", "place", "roof_table", "fmt",
                      np=np, pd=pd, stats=stats, rk=rk, TIME=TIME, DRAM_BYTES=DRAM_BYTES, SM_PCT=SM_PCT,
                      DRAM_PCT=DRAM_PCT, BOUND_AT=constant("BOUND_AT"), NEAR=constant("NEAR"))
 
@@ -235,31 +235,6 @@ def test_roof_table_turns_durations_into_bandwidth_and_flop_rates(nb, rk):
     assert t.loc["x.sum()", "CI95 low"] == pytest.approx(stream_bytes / (1e6 + half))
     assert t.loc["bf16 matmul", "% of datasheet"] == pytest.approx(100 * t.loc["bf16 matmul", "mean"] / 989.4)
     assert set(t.unit) == {"GB/s", "TFLOP/s"}
-
-
-def test_a_section_after_a_skipped_one_skips_with_that_sections_reason_and_need(rk):
-    from nspy_tutorial import sections
-
-    class Skip(Exception):
-        def __init__(self, reason, remedy, needs=""):
-            super().__init__(reason)
-            self.reason, self.remedy, self.needs = reason, remedy, needs
-
-    sections.reset()
-    skipped = sections.SectionRecord("06_roofline", "2. Limited by what?", sections.SKIPPED, reason="needs the ncu "
-                                     "command-line tool", remedy="install Nsight Compute", needs="ncu-cli")
-    sections._RECORDS[skipped.section] = skipped
-    try:
-        ns = functions(STEM, "earlier", nt=SimpleNamespace(Skip=Skip), records=sections.records)
-        assert ns.earlier("2", "a table") == "a table"
-        with pytest.raises(Skip) as caught:
-            ns.earlier("2", None)
-        assert caught.value.needs == "ncu-cli" and "ncu command-line" in caught.value.reason
-        assert caught.value.remedy == "install Nsight Compute"
-        with pytest.raises(Skip, match="depends on section 1: not run yet"):
-            ns.earlier("1", None)
-    finally:
-        sections.reset()
 
 
 # --- the hand counts, against what PyTorch's eager ops read and write ----------------------------

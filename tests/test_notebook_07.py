@@ -226,7 +226,7 @@ def test_f_gelu_tanh_is_the_formula_gpt2_writes_out(fk):
 
 def test_the_module_is_what_the_ncu_command_line_runs():
     text = module_source(STEM, "fusion_kernels")
-    assert text.rstrip().endswith('ncu_cli.replay(globals(), before_turn={"gelu": compile_for})')
+    assert text.rstrip().endswith("ncu_cli.replay(globals())")
     assert "FUSION_SCRIPT" not in source(STEM) and "GELU_SCRIPT" not in source(STEM)
 
 
@@ -234,7 +234,7 @@ def test_each_measured_section_decides_the_tool_in_one_if_and_both_branches_use_
     src = source(STEM)
     for function in ("fk.fusion", "fk.gelu"):
         ncu = re.findall(rf"nsight\.analyze\.kernel\(configs=\[[^]]*\], \*\*SETTINGS\)\({function}\)", src)
-        cli = re.findall(rf'ncu_cli\.(?:start_)?nsight_table\("fusion_kernels\.py", {function}, ncu=ENV\.ncu_path, '
+        cli = re.findall(rf'ncu_cli\.nsight_table\("fusion_kernels\.py", {function}, ncu=ENV\.ncu_path, '
                          r"configs=\[[^]]*\],\s*\*\*SETTINGS\)", src)
         assert len(ncu) == len(cli) == 1, function
     assert src.count('if ENV.backend == "ncu":') == 2
@@ -286,9 +286,6 @@ def test_every_section_runs_to_ok_on_the_kept_tables(fk, backend, monkeypatch, c
         assert script == "fusion_kernels.py"
         return tables[func.__name__].copy()
 
-    def start_nsight_table(script, func, **settings):  # started ahead; the table comes when asked for
-        return SimpleNamespace(table=lambda: nsight_table(script, func, **settings))
-
     randn = torch.randn
     namespace = {"nt": nt, "ENV": SimpleNamespace(facts=None)}
     exec(compile(cell_with("SETTINGS = dict("), "constants", "exec"), namespace)
@@ -303,7 +300,7 @@ def test_every_section_runs_to_ok_on_the_kept_tables(fk, backend, monkeypatch, c
                             datasheet=SimpleNamespace(mem_bandwidth_gbs=SimpleNamespace(value=4800.0))),
         N=n, ROWS=8, HIDDEN=hidden, VECTOR=4 * n, L2=H200_L2,
         nsight=SimpleNamespace(analyze=SimpleNamespace(kernel=kernel)),
-        ncu_cli=SimpleNamespace(nsight_table=nsight_table, start_nsight_table=start_nsight_table),
+        ncu_cli=SimpleNamespace(nsight_table=nsight_table),
         importlib=SimpleNamespace(util=SimpleNamespace(find_spec=lambda name: object())),
         torch=SimpleNamespace(randn=lambda *shape, device=None: randn(*shape),
                               cuda=SimpleNamespace(synchronize=lambda: None)))

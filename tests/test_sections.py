@@ -469,3 +469,26 @@ def test_failed_reason_from_a_long_message_ends_on_a_whole_word():
         raise RuntimeError("boom " + "detail " * 60)
     reason = only_record().reason
     assert reason.endswith("detail...") and len(reason) <= len("RuntimeError: ") + 200
+
+
+def test_needs_gives_back_a_result_an_earlier_section_made():
+    assert sections.needs("a table", section="2") == "a table"
+
+
+def test_a_section_after_a_skipped_one_skips_with_that_sections_reason_remedy_and_need():
+    with section("1. Needs a GPU"):
+        raise Skip("NVML sees no GPU", "run on a machine with an NVIDIA GPU", needs=("gpu", "profiler"))
+    with section("2. Uses section 1") as s:
+        sections.needs(None, section="1", need="ncu-cli")
+    record = sections.records()[-1]
+    assert s.status == SKIPPED and record.needs == "gpu"  # counted under the earlier section's need
+    assert record.reason == "needs section 1's result; section 1: SKIPPED, NVML sees no GPU"
+    assert record.remedy == "run on a machine with an NVIDIA GPU"
+
+
+def test_a_section_whose_earlier_one_has_not_run_says_to_run_it_first():
+    with section("4. Plot") as s:
+        sections.needs(None, section="3", need="ncu-cli")
+    record = sections.records()[-1]
+    assert s.status == SKIPPED and record.needs == "ncu-cli"
+    assert (record.reason, record.remedy) == ("needs section 3's result; section 3 has not run", "run section 3 first")

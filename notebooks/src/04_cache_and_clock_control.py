@@ -154,14 +154,12 @@ with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s
 #
 # One cell decides who measures. With nsight-python's Nsight Compute backend (Colab after
 # notebook 01) the decorator runs the function in this process. With an older `ncu` that
-# backend cannot load, so `ncu_cli.nsight_tables` runs `cache_kernels.py` under the `ncu`
-# command line with the same settings, one `ncu` process per combination (the commands are
-# printed), and reads the reports back with nsight-python's own code. The three processes
-# start together, so their start-ups overlap, but measure one after another: no kernel of
-# one runs while another is measured. Either way the result is nsight-python's
-# `to_dataframe()` table, and everything below reads that one table. The matmul may be several cuBLAS
-# kernels: `combine_kernel_metrics=add` sums them, right for its time, meaningless for its
-# rates, so only the matmul's time is read. Three runs per profile: under replay each run
+# backend cannot load, so `ncu_cli.nsight_table` runs `cache_kernels.py` under the `ncu`
+# command line with the same settings, one `ncu` run per combination (each command is
+# printed), and reads each report back with nsight-python's own code. Either way the result
+# is nsight-python's `to_dataframe()` table, and everything below reads that one table. The
+# matmul may be several cuBLAS kernels: `combine_kernel_metrics=add` sums them, right for
+# its time, meaningless for its rates, so only the matmul's time is read. Three runs per profile: under replay each run
 # repeats the kernel under the same rules; the table prints each time's spread (RSD) beside
 # it, to hold against the effects compared.
 #
@@ -283,11 +281,11 @@ with nt.section("1. cache_control and clock_control, measured") as s:
     if ENV.backend == "ncu":  # nsight-python's Nsight Compute backend (Colab after notebook 01): three profiles
         tables, source = {(cache, clock): nsight.analyze.kernel(cache_control=cache, clock_control=clock, **SETTINGS)(
             ck.stream_and_matmul)().to_dataframe() for cache, clock in COMBINATIONS}, "ncu"
-    else:  # an older ncu: the ncu command line on the same file, one process per combination
+    else:  # an older ncu: the ncu command line on the same file, one run per combination
         ENV.require("ncu-cli")
-        tables, source = ncu_cli.nsight_tables("cache_kernels.py", ck.stream_and_matmul, ncu=ENV.ncu_path, variants={
-            (cache, clock): dict(cache_control=cache, clock_control=clock) for cache, clock in COMBINATIONS},
-            **SETTINGS), "ncu-cli"
+        tables, source = {(cache, clock): ncu_cli.nsight_table(
+            "cache_kernels.py", ck.stream_and_matmul, ncu=ENV.ncu_path, cache_control=cache, clock_control=clock,
+            report=f"stream_and_matmul-{cache}-{clock}.ncu-rep", **SETTINGS) for cache, clock in COMBINATIONS}, "ncu-cli"
     for cache, clock in COMBINATIONS:
         print(nt.rules(source, cache_control=cache, clock_control=clock))
     TABLE = per_configuration(tables)

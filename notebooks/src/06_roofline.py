@@ -145,7 +145,6 @@ import torch
 from scipy import stats
 
 from nspy_tutorial import ncu_cli
-from nspy_tutorial.sections import records
 
 SILENT = nsight.VerbosityLevel.SILENT
 TIME, DRAM_BYTES = "gpu__time_duration.sum", "dram__bytes.sum"
@@ -174,13 +173,6 @@ def show(table: pd.DataFrame, cols: list) -> None:
     print(table[cols].to_string(float_format=fmt))
 
 
-def earlier(section: str, value):
-    """`value` made by an earlier section, or SKIPPED with that section's own reason and need."""
-    r = next((r for r in records() if r.section.startswith(section + ".")), None)
-    if value is None:
-        raise nt.Skip(f"depends on section {section}: " + (f"{r.status}, {r.reason}" if r else "not run yet"),
-                      (r.remedy if r else None) or f"run section {section} first", needs=(r.needs if r else None) or "profiler")
-    return value
 
 # %% [markdown]
 # ## 1. This GPU's roofs: the datasheet, and what it really does
@@ -297,8 +289,8 @@ with nt.section("1. This GPU's roofs: datasheet and measured") as s:
 #
 # **One measurement for sections 2 and 3.** Counters need Nsight Compute: nsight-python's
 # backend where it is active, else the `ncu` command line on the same module, which returns
-# nsight-python's own table. Each `ncu` launch costs seconds of start-up, so one launch
-# measures the kernels of both sections, two runs each: every run replays some thirty kernels
+# nsight-python's own table. One call measures the kernels of both sections, two runs
+# each: every run replays some thirty kernels
 # over gigabyte buffers (the section's seconds are mostly that), replayed with flushed caches
 # the counters barely vary from run to run, and two still give a (wide) Student-t interval;
 # section 1 measured the run-to-run spread. When an
@@ -355,7 +347,7 @@ def place(table: pd.DataFrame, model: dict, roofs: dict) -> pd.DataFrame:
 SEED = ["fp16 matmul", "x * 2", "softmax [rows x 1024]"]
 with nt.section("2. Limited by what? The seed's three kernels, three ways") as s:
     ENV.require("profiler")
-    roofs = earlier("1", ROOFS)
+    roofs = nt.needs(ROOFS, section="1")
     why_not = {b: rk.sdpa_unavailable(b, HALF, H, DH) for b in rk.FUSED}  # flash first, else memory-efficient
     FUSED_BACKEND = next((b for b, why in why_not.items() if why is None), "none")
     print("".join(f"  {rk.FUSED[b]} is not available here: {why}\n" for b, why in why_not.items() if why), end="")
@@ -425,7 +417,7 @@ with nt.section("2. Limited by what? The seed's three kernels, three ways") as s
 # %%
 with nt.section("3. Transformer ops on the roofline") as s:
     ENV.require("profiler")
-    lim, roofs = earlier("2", LIMITS), earlier("1", ROOFS)
+    lim, roofs = nt.needs(LIMITS, section="2"), nt.needs(ROOFS, section="1")
     ops = lim.drop(index=SEED)
     show(ops, ["kernels", "time_us", "± us", "roof", "TFLOP/s", "formula MB", "measured MB", "AI formula", "AI measured",
                "ridge", "% of roof", "verdict"])
@@ -470,7 +462,7 @@ with nt.section("3. Transformer ops on the roofline") as s:
 # %%
 with nt.section("4. The roofline plot") as s:
     ENV.require("profiler")
-    points, roofs = earlier("2", LIMITS), earlier("1", ROOFS)
+    points, roofs = nt.needs(LIMITS, section="2"), nt.needs(ROOFS, section="1")
     sheet, ai, colors = ENV.datasheet, np.logspace(-2, 4.5, 300), {"fp16": "C0", "bf16": "C1", "fp32": "C2"}
     fig, ax = plt.subplots(figsize=(11, 6))
     for p in PRECISIONS:

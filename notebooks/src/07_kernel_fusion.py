@@ -54,7 +54,7 @@ def add(x, y):
 # more, which three runs and a Student-t interval resolve. Under Nsight Compute every run replays every kernel.
 SETTINGS = dict(runs=3, metrics=[TIME, READ, WRITE], combine_kernel_metrics=add, cache_control="all",
                 clock_control="none", thermal_mode="off", verbosity=SILENT)
-TABLES = {}  # section -> its table, for the plot
+FUSION = GELU = None  # sections 1 and 2 set their tables, for the plot
 if ENV.facts:
     L2 = ENV.facts.l2_bytes
     VECTOR = min(max(16 * L2, 256 * MiB), torch.cuda.mem_get_info()[0] // 16) // MiB * MiB  # bytes, from free memory
@@ -145,15 +145,10 @@ def roof(rows, hidden):
         compiled_gelu(x, bias)
 
 
-def compile_for(rows, hidden):
-    """Compile for gelu's shapes, outside every annotation (the ncu child does this before its turn)."""
-    compiled_gelu(torch.randn(rows, hidden, device="cuda"), torch.randn(hidden, device="cuda"))
-
-
 if __name__ == "__main__":  # what the ncu command line runs (the printed command shows it)
     from nspy_tutorial import ncu_cli
 
-    ncu_cli.replay(globals(), before_turn={"gelu": compile_for})
+    ncu_cli.replay(globals())
 
 # %%
 import fusion_kernels as fk
@@ -257,7 +252,7 @@ with nt.section("1. Unfused vs fused: a + b * c against torch.addcmul") as s:
         ENV.require("ncu-cli")
         table, source = ncu_cli.nsight_table("fusion_kernels.py", fk.fusion, ncu=ENV.ncu_path, configs=[(N,)],
                                              **SETTINGS), "ncu-cli"
-    TABLES["1"] = t = report(table, source)
+    FUSION = t = report(table, source)
     d, lo, hi = slower_by(table, fk.UNFUSED, fk.ADDCMUL)
     nt.claim(lo > 0, "a + b * c takes longer than torch.addcmul (the 95 % interval of the difference is above zero)",
              f"{d:+,.1f} us [{lo:+,.1f}, {hi:+,.1f}]")
@@ -298,12 +293,8 @@ with nt.section("1. Unfused vs fused: a + b * c against torch.addcmul") as s:
 # CPU time) and launches it several times to pick a configuration. Inside an annotation
 # that would time the compiler and break nsight-python's "same kernels in every run" rule.
 # So the cell compiles once, here, on the profiled shapes, and checks the three versions
-# agree. `gelu` calls `compiled_gelu` once before its annotations too. The `ncu` child, a
-# fresh process, must compile for itself; so on the command-line path the cell starts it
-# *first* (`ncu_cli.start_nsight_table`), and the module's `__main__` compiles
-# (`compile_for`) before it waits for its turn: the child's start-up and compile run while
-# this process compiles, and it measures only when `.table()` gives it the turn -- after the
-# check, when this process no longer uses the GPU.
+# agree. `gelu` calls `compiled_gelu` once before its annotations too, so the `ncu`
+# command line's fresh process compiles for itself before its first annotation.
 
 # %%
 def require_triton() -> None:
@@ -317,10 +308,6 @@ def require_triton() -> None:
 
 with nt.section("2. Bias + GELU three ways: by hand, F.gelu, torch.compile") as s:
     require_triton()
-    if ENV.backend != "ncu":  # the ncu child starts first: its start-up and its compile overlap this process's
-        ENV.require("ncu-cli")  # compile below; it measures only when its table is asked for, after the check
-        gelu_ncu = ncu_cli.start_nsight_table("fusion_kernels.py", fk.gelu, ncu=ENV.ncu_path, configs=[(ROWS, HIDDEN)],
-                                              **SETTINGS)
     x, bias = torch.randn(ROWS, HIDDEN, device="cuda"), torch.randn(HIDDEN, device="cuda")
     start = time.perf_counter()
     y = fk.compiled_gelu(x, bias)  # compiles: once, before and outside any annotation
@@ -328,13 +315,15 @@ with nt.section("2. Bias + GELU three ways: by hand, F.gelu, torch.compile") as 
     compile_s = time.perf_counter() - start
     error = max((f(x, bias) - y).abs().max().item() for f in (fk.gelu_by_hand, fk.gelu_idiomatic))
     print(f"  compiled and warmed up in {compile_s:.1f} s, before and outside any annotation")
-    del x, bias, y  # the ncu child allocates its own
+    del x, bias, y  # freed: gelu (or the ncu child) makes its own
     if ENV.backend == "ncu":
         table, source = nsight.analyze.kernel(configs=[(ROWS, HIDDEN)], **SETTINGS)(fk.gelu)().to_dataframe(), "ncu"
-    else:
-        table, source = gelu_ncu.table(), "ncu-cli"
+    else:  # CUPTI measures durations only: the ncu command line on the same file, with the same settings
+        ENV.require("ncu-cli")
+        table, source = ncu_cli.nsight_table("fusion_kernels.py", fk.gelu, ncu=ENV.ncu_path, configs=[(ROWS, HIDDEN)],
+                                             **SETTINGS), "ncu-cli"
     nt.claim(error < 1e-4, "by hand, F.gelu and torch.compile compute the same values", f"max |difference| {error:.1e}")
-    TABLES["2"] = t = report(table, source)
+    GELU = t = report(table, source)
     for slow in (fk.HAND, fk.IDIOMATIC):
         d, lo, hi = slower_by(table, slow, fk.COMPILED)
         print(f"  {slow} takes {t['time us'][slow] / t['time us'][fk.COMPILED]:.1f}x as long as {fk.COMPILED}: "
@@ -402,10 +391,7 @@ with nt.section("3. How close to the bandwidth roof is the fused kernel?") as s:
 
 # %%
 with nt.section("4. Plot: bytes and time per variant") as s:
-    ENV.require("ncu" if ENV.backend == "ncu" else "ncu-cli")  # what sections 1 and 2 measured with
-    if not TABLES:
-        raise nt.Skip("sections 1 and 2 measured nothing", "see their FAILED reasons above")
-    both = pd.concat(TABLES.values())
+    both = pd.concat([nt.needs(FUSION, section="1", need="ncu-cli"), nt.needs(GELU, section="2", need="ncu-cli")])
     fig, (ax_b, ax_t) = plt.subplots(1, 2, figsize=(12, 3.8))
     pos = np.arange(len(both))
     ax_b.bar(pos - 0.2, both["counted read MB"] + both["counted write MB"], 0.4, label="counted by hand")

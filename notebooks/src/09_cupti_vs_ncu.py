@@ -193,13 +193,13 @@ if __name__ == "__main__":
     elif sys.argv[1] == "plain":  # no nsight tool active: torch.profiler has CUPTI to itself
         print("NSPY_RESULT " + json.dumps({"cuda_events": profiler_events()}))
     else:                         # the ncu command line: configs x runs, as nsight-python (the printed command)
-        ncu_cli.replay(globals(), warm_up=warm_up)
+        warm_up()                 # as before the in-process measurements: cuBLAS's first-call setup outside
+        ncu_cli.replay(globals())
 
 # %%
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import cupti_ncu_kernels as ck
 import matplotlib.pyplot as plt
@@ -216,6 +216,7 @@ CUPTI_DIR = os.path.abspath("cupti_child_packages")  # cupti-python for the chil
 CUPTI_INSTALL = [sys.executable, "-m", "pip", "install", "-q", "--target", CUPTI_DIR, "--no-deps",
                  "cupti-python>=13.4", "nvidia-cuda-cupti~=13.4", "pyelftools"]
 CUPTI_REMEDY = f"`pip install 'nsight-python[cupti]'`, or for the child only: `{ncu_cli.command_text(CUPTI_INSTALL)}`"
+CUPTI = NCU = None  # sections 1 and 2 set them: each tool's measurement of the workload
 
 
 def cupti_child(function: str) -> dict:
@@ -231,7 +232,7 @@ def cupti_child(function: str) -> dict:
         if problem:
             raise nt.Skip(f"CUPTI cannot run in a child process here: {problem}", CUPTI_REMEDY, needs="cupti")
     env = {"PYTHONPATH": os.pathsep.join(p for p in (CUPTI_DIR, os.environ.get("PYTHONPATH")) if p)}
-    found = child.run_json("cupti_ncu_kernels.py", ["cupti", function], env=env, timeout=300).result
+    found = child.run_json("cupti_ncu_kernels.py", ["cupti", function], env=env, timeout=300)
     print(f"  CUPTI child: NSPY_NCU_INIT_AT_IMPORT=0, preloaded {found['libcupti']}, then nsight, CUPTI, torch")
     return found | {"table": pd.DataFrame(**found["table"])} if "table" in found else found
 
@@ -290,7 +291,6 @@ with nt.section("1. CUPTI times the workload") as s:
     else:                       # Nsight Compute holds this process (e.g. Colab): CUPTI in a child, same file
         CUPTI = cupti_child("cupti_workload")
     s.result = f"CUPTI: {len(CUPTI['table'])} operations x {ck.RUNS} runs"
-    ncu_cli.keep_table(CUPTI["table"], ck.workload, [()], ck.RUNS, [TIME], name="workload-cupti")  # for the tests
     print(f"  {nt.rules('cupti')}")
     nt.show(times(CUPTI["table"]).reset_index(names="op"), ["op", "mean", "sd", "runs", "kernels"])
 
@@ -311,15 +311,16 @@ NCU_SETTINGS = dict(runs=3, metrics=[TIME, CLOCK], combine_kernel_metrics=ck.per
 
 with nt.section("2. Nsight Compute times the same workload, flushed and not") as s:
     ENV.require("profiler")
-    NCU, source = {}, "ncu" if ENV.backend == "ncu" else "ncu-cli"
-    if source == "ncu":  # nsight-python's Nsight Compute backend, in this process
-        for cache in ("all", "none"):
+    tables, source = {}, "ncu" if ENV.backend == "ncu" else "ncu-cli"
+    for cache in ("all", "none"):
+        if source == "ncu":  # nsight-python's Nsight Compute backend, in this process
             ck.warm_up()
-            NCU[cache] = nsight.analyze.kernel(cache_control=cache, **NCU_SETTINGS)(ck.workload)().to_dataframe()
-    else:                # an older ncu: the ncu command line on the same file, one process per setting
-        ENV.require("ncu-cli")
-        NCU = ncu_cli.nsight_tables("cupti_ncu_kernels.py", ck.workload, ncu=ENV.ncu_path, configs=[()], **NCU_SETTINGS,
-                                    variants={cache: dict(cache_control=cache) for cache in ("all", "none")})
+            tables[cache] = nsight.analyze.kernel(cache_control=cache, **NCU_SETTINGS)(ck.workload)().to_dataframe()
+        else:                # an older ncu: the ncu command line on the same file, one run per setting
+            ENV.require("ncu-cli")
+            tables[cache] = ncu_cli.nsight_table("cupti_ncu_kernels.py", ck.workload, ncu=ENV.ncu_path, configs=[()],
+                                                 cache_control=cache, report=f"workload-{cache}.ncu-rep", **NCU_SETTINGS)
+    NCU = tables
     for cache in NCU:
         print(f"  {nt.rules(source, cache_control=cache, clock_control='none')}")
     s.result = f"Nsight Compute ({source}): cache_control all and none, {NCU_SETTINGS['runs']} runs each"
@@ -383,10 +384,8 @@ def compare(cupti: pd.DataFrame, ncu: dict) -> pd.DataFrame:
 
 with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
     ENV.require("profiler", also="cupti")
-    if "CUPTI" not in globals() or "NCU" not in globals():  # a need of section 1 (cupti) or 2 (ncu-cli) was missing
-        raise nt.Skip("needs both tools' tables, from sections 1 and 2", "see the reasons of sections 1 and 2 above",
-                      needs="cupti" if "CUPTI" not in globals() else "ncu-cli")
-    SIDE = compare(CUPTI["table"], NCU)
+    cupti, ncu = nt.needs(CUPTI, section="1", need="cupti"), nt.needs(NCU, section="2", need="ncu-cli")
+    SIDE = compare(cupti["table"], ncu)
     nt.show(SIDE, ["op", "kernels", "CUPTI us", "all us", "none us", "clock all MHz", "clock none MHz", "all-CUPTI",
                    "all-CUPTI ±", "all-none", "all-none ±", "none-CUPTI", "none-CUPTI ±"], fmt="{:,.1f}")
     print("\n".join(f"  {r.op}: {r.reading}" for r in SIDE.itertuples()))
@@ -396,7 +395,7 @@ with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
                     capsize=3, label=f"Nsight Compute, cache_control={cache!r}")
     ax.set(xticks=range(len(SIDE)), xticklabels=SIDE.op, ylabel="difference, % of CUPTI's mean", title=ENV.gpu_name)
     ax.axhline(0, color="grey", lw=0.8), ax.legend(fontsize=8), plt.tight_layout()
-    counts = {name: list(times(t).kernels) for name, t in (("CUPTI", CUPTI["table"]), *NCU.items())}
+    counts = {name: list(times(t).kernels) for name, t in (("CUPTI", cupti["table"]), *ncu.items())}
     nt.claim(len({tuple(v) for v in counts.values()}) == 1, "all three measurements saw the same kernels per run", str(counts))
     big, top = SIDE.iloc[-1], SIDE[["clock all MHz", "clock none MHz"]].to_numpy().max()
     nt.claim(abs(big["all-CUPTI"]) < 5, f"for {big.op} the two tools agree within 5 %", f"{big['all-CUPTI']:+.2f} %")
@@ -428,9 +427,8 @@ def event_clocks(events: list, cupti: pd.DataFrame) -> pd.DataFrame:
 
 with nt.section("4. Two more clocks on the same launches: CUDA events and wall time") as s:
     ENV.require("profiler", also="cupti")
-    if "CUPTI" not in globals():
-        raise nt.Skip("needs section 1's launches; section 1 did not run", "see section 1's reason above", needs="cupti")
-    EVENTS = event_clocks(CUPTI["events"], CUPTI["table"])
+    cupti = nt.needs(CUPTI, section="1", need="cupti")
+    EVENTS = event_clocks(cupti["events"], cupti["table"])
     nt.show(EVENTS, list(EVENTS.columns))
     add, big = EVENTS.iloc[0], EVENTS.iloc[-1]  # the microsecond add, the longest matmul
     nt.claim(add["overhead %"] > 50, "for the microsecond add, CUDA events measure mostly overhead")
@@ -480,8 +478,7 @@ with nt.section("5. What CUPTI cannot do") as s:
 # `torch.profiler` records CUDA kernels through CUPTI too, and nsight-python's CUPTI backend holds
 # it from `nsight.activate(nsight.Tool.CUPTI)` on. The same five matmuls are profiled in a child
 # where no nsight tool is active, and beside nsight's CUPTI (here, or in a CUPTI child of their
-# own, so that a crash there loses only this result); the two run at the same time, which is
-# harmless here because only events are counted. Then nsight-python profiles once more: does
+# own, so that a crash there loses only this result). Then nsight-python profiles once more: does
 # its CUPTI backend still get kernel records after `torch.profiler` started and stopped its own
 # session? With one libcupti in the process (section 0) expect `torch.profiler` to see nothing;
 # with two (a CUDA 12 torch), this run shows what happens. This section comes last on purpose:
@@ -490,10 +487,8 @@ with nt.section("5. What CUPTI cannot do") as s:
 # %%
 with nt.section("6. torch.profiler goes blind while nsight's CUPTI is active") as s:
     ENV.require("profiler", also="cupti")
-    with ThreadPoolExecutor(1) as pool:  # the plain child runs while this process (or the CUPTI child) probes
-        plain_run = pool.submit(child.run_json, "cupti_ncu_kernels.py", ["plain"], timeout=180)
-        beside = ck.profiler_beside_cupti() if ENV.backend == "cupti" else cupti_child("profiler_beside_cupti")
-    plain = plain_run.result().result["cuda_events"]
+    plain = child.run_json("cupti_ncu_kernels.py", ["plain"], timeout=180)["cuda_events"]  # no nsight tool active
+    beside = ck.profiler_beside_cupti() if ENV.backend == "cupti" else cupti_child("profiler_beside_cupti")
     nt.claim(plain >= 5, "in a child with no nsight tool active, torch.profiler sees at least one kernel per matmul",
              f"{plain} CUDA events for 5 matmuls")
     print(f"  beside nsight's CUPTI: {beside['cuda_events']} CUDA events; then nsight-python: "

@@ -131,7 +131,6 @@ with nt.section("1. output_prefix + output_csv: the files, read back") as s:
     stream = nsight.analyze.kernel(configs=SIZES, runs=RUNS, thermal_mode="off", verbosity=SILENT,
                                    derive_metric=gb_per_s, output_prefix=PREFIX, output_csv=True)(ek.stream)
     DF = stream().to_dataframe()
-    ncu_cli.keep_table(DF, ek.stream, SIZES, RUNS, [TIME])  # only with NSPY_TUTORIAL_KEEP_TABLES (the test fixtures)
     print(f"  {nt.rules(ENV.backend)}\n\n  derive_metric's rows of to_dataframe():")
     print(DF[DF.Metric == "gb_per_s"][["Annotation", "n", "AvgValue", "Unit", "RelativeStdDevPct"]].round(2).to_string(index=False))
     RAW, back, diff = read_back(DF, PREFIX, "stream")
@@ -314,7 +313,6 @@ with nt.section("2b. The full report from the ncu command line (--set full)") as
     print(f"\n  ncu took {took:.0f} s; {len(actions)} launch(es) in the annotation; the first, "
           f"{nt.short_kernel_name(actions[0].name())}, has {len(names):,} metrics\n")
     found = metric_table(actions[0])
-    ncu_cli.keep_table(found, ek.matmul, [N_FULL], 1, list(found.metric), name="full-matmul")  # test fixture, if asked
     answers = key_metrics(found)
     print(answers.to_string(index=False))
     tensor = found[found.metric.str.contains("pipe_tensor")]
@@ -381,7 +379,7 @@ with nt.section("2c. Reader and writer versions; a file ncu_report cannot read")
 # - the plots, saved as PNG;
 # - `README.txt`: which tool measured what, under which rules, and how to open the report.
 #
-# Then `shutil.make_archive` (`evidence.zip_folder`) packs it. On Colab the zip is
+# Then `shutil.make_archive` packs it, paths inside starting with the folder's name. On Colab the zip is
 # downloaded to your computer (`google.colab.files.download`); elsewhere its path is printed.
 # A section that was SKIPPED simply contributes nothing -- the listing shows what is there.
 #
@@ -398,7 +396,7 @@ with nt.section("2c. Reader and writer versions; a file ncu_report cannot read")
 # %%
 with nt.section("3. The evidence folder, zipped") as s:
     record = evidence.environment_record(ENV)
-    evidence.write_json(record, EVIDENCE / "environment.json")
+    (EVIDENCE / "environment.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
     shutil.copy("evidence_kernels.py", EVIDENCE)  # the experiment itself
     lines = [f"Evidence folder written by notebook 10_keeping_the_evidence on {record['recorded_at_utc']}",
              f"GPU: {ENV.gpu_name or 'none'}; backend: {ENV.backend or 'none'}; ncu: {ENV.ncu_path or 'none'}", ""]
@@ -414,7 +412,7 @@ with nt.section("3. The evidence folder, zipped") as s:
     (EVIDENCE / "README.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     table = evidence.listing(EVIDENCE)
     print(table.to_string(index=False))
-    archive = evidence.zip_folder(EVIDENCE)
+    archive = Path(shutil.make_archive(str(EVIDENCE), "zip", root_dir=EVIDENCE.parent, base_dir=EVIDENCE.name))
     print(f"\n  {archive}: {len(zipfile.ZipFile(archive).namelist())} entries, {archive.stat().st_size / 1024:,.0f} KiB")
     if ENV.on_colab:
         from google.colab import files

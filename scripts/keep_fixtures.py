@@ -1,0 +1,57 @@
+"""Keep the tables the CPU tests read (tests/fixtures/*.json) from a GPU run of the notebooks.
+
+    python scripts/keep_fixtures.py [--out tests/fixtures] 04 06 07 09 10
+
+Each notebook is executed with nbclient, strict, with ``NSPY_TUTORIAL_KEEP_TABLES=<out>``:
+every table ``ncu_cli.nsight_table`` reads from the ncu command line is kept by it. Tables
+measured in the notebook's own process (the CUPTI backend's, and 10's metric table) are kept
+by one more cell, run in the same kernel after the notebook (:data:`IN_PROCESS`). A notebook
+that fails, or a table that is missing because its section did not run, fails the script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import nbclient
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+KEEP = "from nspy_tutorial.ncu_cli import keep_table\n"
+IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its own process
+    "09": KEEP + 'print(keep_table(CUPTI["table"], ck.workload, [()], ck.RUNS, [TIME], name="workload-cupti"))',
+    "10": KEEP + 'print(keep_table(DF, ek.stream, SIZES, RUNS, [TIME]))\n'
+                 'print(keep_table(found, ek.matmul, [N_FULL], 1, list(found.metric), name="full-matmul"))',
+}
+
+
+def keep(notebook: Path, out: Path, cell: str | None, timeout: int = 1200) -> None:
+    """Run ``notebook`` (then ``cell``, in the same kernel) with its ncu tables kept in ``out``."""
+    os.environ.update({"NSPY_TUTORIAL_KEEP_TABLES": str(out.resolve()), "NSPY_TUTORIAL_STRICT": "1"})
+    nb = nbformat.read(notebook, as_version=4)
+    if cell:
+        nb.cells.append(nbformat.v4.new_code_cell(cell))
+    nbclient.NotebookClient(nb, timeout=timeout, resources={"metadata": {"path": str(notebook.parent)}}).execute()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("numbers", nargs="+", help="notebook numbers, e.g. 04 09")
+    parser.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures")
+    args = parser.parse_args(argv)
+    for number in args.numbers:
+        (notebook,) = (ROOT / "notebooks").glob(f"{int(number):02d}_*.ipynb")
+        print(f"{notebook.name} ...", flush=True)
+        try:
+            keep(notebook, args.out, IN_PROCESS.get(f"{int(number):02d}"))
+        except nbclient.exceptions.CellExecutionError as exc:
+            print(f"{notebook.name}: not kept: {str(exc).strip().splitlines()[-1]}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
