@@ -233,7 +233,7 @@ def test_batch_verdict_has_three_answers_and_only_more_than_one_step_differs():
 
 def test_batches_one_step_apart_are_distinguishable_but_within_one_timer_step(nb):
     """The review's case: two batches of the 16K add, medians one step apart, intervals disjoint."""
-    fns = functions(STEM, "batch_p", "robust_spread", np=np, math=math, stats=stats)
+    fns = functions(STEM, "batch_p", "kept_stats", "robust_spread", np=np, math=math, stats=stats)
     rng = np.random.default_rng(11)
     a, b = batch(rng, 20, 1010, 3.0), batch(rng, 100, 1042, 3.0)
     assert np.median(b) - np.median(a) == pytest.approx(32, abs=1)

@@ -9,7 +9,9 @@
 # - why a microsecond kernel is noisier than a millisecond one, and what one slow run
 #   does to the mean and the standard deviation (and what it does not do to the median);
 # - how many runs a kernel needs for a target precision -- planned from a spread that
-#   one outlier cannot dominate, on *your* measurements, and tried on them.
+#   one outlier cannot dominate, on *your* measurements, and tried on them;
+# - that such a plan describes one batch: whether a second batch of the same kernel agrees,
+#   and why one timer step bounds how closely two sessions can.
 #
 # One measurement tells you nothing about noise. Here every kernel runs 20 times (and
 # 100 times for the convergence plot). All profiles are silent
@@ -340,9 +342,11 @@ with nt.section("5. Runs needed for a target precision") as s:
 # Every interval and plan above describes *one batch*. Sections 1 and 4 measured both
 # vector adds in two separate calls -- 20 runs, then 100 -- so each kernel has two batches.
 # If an interval described the kernel rather than the batch, the second batch would land
-# inside the first one's interval. The cell compares them: Welch's t-test (Student's t, each
-# batch with its own spread) on the runs section 5 keeps, Holm-corrected over the two
-# kernels, and the gap between the two medians in timer steps.
+# inside the first one's interval. The cell prints each batch's Student-t interval of the
+# mean (of the runs section 5 keeps, their spread at least the quantisation noise) and
+# compares the batches: Welch's t-test (Student's t, each batch with its own spread) on
+# those runs, Holm-corrected over the two kernels, and the gap between the two medians in
+# timer steps.
 #
 # Read it with the timer in mind. A duration is a whole number of timer steps, so one step
 # bounds how closely two sessions can be shown to agree: for a microsecond kernel one step
@@ -361,12 +365,16 @@ def holm(p) -> np.ndarray:
     return out
 
 
+def kept_stats(v: np.ndarray, step: float) -> tuple[float, float, int]:
+    """Mean, standard deviation (at least the quantisation noise step / sqrt(12)) and number of the runs
+    robust_spread keeps."""
+    x = v[robust_spread(v, step)[0]]
+    return float(x.mean()), max(float(x.std(ddof=1)), step / math.sqrt(12)), len(x)
+
+
 def batch_p(a: np.ndarray, b: np.ndarray, step: float) -> float:
-    """Welch's two-sided p for the means of two batches of one kernel: the runs robust_spread keeps, each
-    standard deviation at least the quantisation noise step / sqrt(12)."""
-    x, y = (v[robust_spread(v, step)[0]] for v in (a, b))
-    sx, sy = (max(v.std(ddof=1), step / math.sqrt(12)) for v in (x, y))
-    return float(stats.ttest_ind_from_stats(x.mean(), sx, len(x), y.mean(), sy, len(y), equal_var=False).pvalue)
+    """Welch's two-sided p for the means of two batches of one kernel, from kept_stats of each."""
+    return float(stats.ttest_ind_from_stats(*kept_stats(a, step), *kept_stats(b, step), equal_var=False).pvalue)
 
 
 def batch_verdict(p_holm: float, median_gap: float, step: float) -> str:
@@ -383,9 +391,12 @@ with nt.section("6. A second batch: do two sessions agree?") as s:
     rows = []
     for n in SIZES:
         a, b = (frame[frame.n == n].Value.to_numpy(dtype=float) for frame in (RAW[RAW.Annotation == "vector add"], RAW100))
+        half = {runs: (m, t95(k) * sd / math.sqrt(k)) for runs, (m, sd, k) in ((20, kept_stats(a, step)),
+                                                                                (100, kept_stats(b, step)))}
         rows.append({"kernel": label("vector add", n), "median_20_us": np.median(a) / 1e3,
                      "median_100_us": np.median(b) / 1e3, "gap_ns": np.median(b) - np.median(a),
-                     "step_%_of_median": 100 * step / np.median(a), "p": batch_p(a, b, step)})
+                     "step_%_of_median": 100 * step / np.median(a), "p": batch_p(a, b, step),
+                     **{f"CI95_{runs}_us": f"{(m - h) / 1e3:.3f}-{(m + h) / 1e3:.3f}" for runs, (m, h) in half.items()}})
     table = pd.DataFrame(rows).set_index("kernel")
     table["gap_steps"] = table.gap_ns / step if step else np.nan
     table["p_holm"] = holm(table.p)

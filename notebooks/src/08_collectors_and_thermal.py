@@ -15,7 +15,7 @@
 #   and robust) and wall time against `thermal_mode="off"`;
 # - how to ask whether per-run kernel time follows the SM clock or the temperature without
 #   fooling yourself: rank correlation, the warm-up trend removed, a correction for the
-#   number of tests.
+#   number of tests, and series of one experiment pooled so the verdict holds from run to run.
 #
 # Info collectors and thermal control work with either backend (Nsight Compute or CUPTI).
 # The collectors read the GPU through NVML (`pynvml`), which needs no profiler. Every file
