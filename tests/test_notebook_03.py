@@ -228,6 +228,8 @@ def test_batch_verdict_has_three_answers_and_only_more_than_one_step_differs():
     assert verdict(0.3, 64.0, 32.0) == "not distinguishable"
     assert verdict(1e-6, 32.0, 32.0) == "within one timer step"
     assert verdict(1e-6, -33.0, 32.0) == "within one timer step"  # a nanosecond of tick conversion
+    assert verdict(1e-6, 33.0, 30.0) == "within one timer step"  # a step read as 30 ns from the runs
+    assert verdict(1e-6, 48.0, 32.0) == "differ"  # a step and a half: not the timer's rounding
     assert verdict(1e-6, 64.0, 32.0) == "differ"
 
 
