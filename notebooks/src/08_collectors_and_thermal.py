@@ -135,7 +135,6 @@ def clock_at_entry_mhz(annotation_name, *config):
     return pynvml.nvmlDeviceGetClockInfo(NVML, pynvml.NVML_CLOCK_SM)
 
 
-
 SCOPES_DIR = "scopes/"  # output_prefix is a string prefix: a folder (in the work folder) ends with "/"
 SIZES = [1 << 20, 1 << 24]
 SCOPE_RUNS = 5
