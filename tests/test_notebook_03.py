@@ -160,3 +160,108 @@ def test_section_5_runs_on_quantised_runs_and_its_claims_hold(nb, capsys):
     assert len(nt.claims) == 2 and all(ok for ok, _, _ in nt.claims), nt.claims
     assert re.search(r"needs \d+ runs for vector add n=16,384", nt.result)
     assert re.search(r"dropped: run 0 \+2\d%", nt.result)  # run 0 is the only outlier
+
+
+# --- section 6: a second batch of the same kernel -----------------------------------------------
+#
+# The data below are SYNTHETIC (not measured): batches shaped as the H200 timed the vector adds --
+# durations on a 32 ns timer grid with some readings a nanosecond off, run 0 slow -- and each batch
+# with its own small offset, the session-to-session shift a GPU shows (the review saw two batches of
+# the 16K add whose medians were one step apart, with non-overlapping intervals).
+
+SIZES = [1 << 14, 1 << 24]
+KERNELS = {SIZES[0]: (1010.0, 3.0, 10.0), SIZES[1]: (52_000.0, 400.0, 100.0)}  # ns: mean, sd of a run, sd of a shift
+
+
+def batch(rng, n_runs, mean, sd, shift=0.0):
+    """One SYNTHETIC batch: quantised to 32 ns, a nanosecond off now and then, run 0 at +28 %."""
+    v = np.round((mean + shift + rng.normal(0, sd, n_runs)) / 32) * 32 + rng.choice([0.0, 0, 0, 0, 1], n_runs)
+    v[0] *= 1.28
+    return v
+
+
+def session(seed, shifts=None):
+    """RAW (20 runs) and RAW100 (100 runs) of one SYNTHETIC notebook run; each batch shifted by its own offset."""
+    rng = np.random.default_rng(seed)
+    label = functions(STEM, "label").label
+    rows = {20: [], 100: []}
+    for n_runs in rows:
+        for n, (mean, sd, shift_sd) in KERNELS.items():
+            shift = shifts[n_runs] if shifts else rng.normal(0, shift_sd)
+            rows[n_runs] += [{"Annotation": "vector add", "n": n, "kernel": label("vector add", n), "Value": value}
+                             for value in batch(rng, n_runs, mean, sd, shift)]
+    rows[20] += [{"Annotation": "matmul", "n": 2048, "kernel": label("matmul", 2048), "Value": value}
+                 for value in batch(rng, 20, 340_000, 900)]
+    return pd.DataFrame(rows[20]), pd.DataFrame(rows[100])
+
+
+def run_cells(raw, raw100, *headings):
+    """Run the notebook's cells under ``headings`` on a SYNTHETIC session: (claims, results, namespace)."""
+    nb = functions(STEM, "t95", "label", "ci_halfwidth_pct", "timer_step", "robust_spread", np=np, math=math,
+                   stats=stats)
+    results, claims = [], []
+    namespace = dict(np=np, pd=pd, math=math, stats=stats, ENV=SimpleNamespace(require=lambda what: None,
+                     backend="cupti"), RAW=raw, RAW100=raw100, SIZES=SIZES, TARGET=1.0, label=nb.label,
+                     t95=nb.t95, ci_halfwidth_pct=nb.ci_halfwidth_pct, timer_step=nb.timer_step,
+                     robust_spread=nb.robust_spread)
+    for heading in headings:
+        namespace["nt"] = nt = Notebook()
+        exec(compile(cell(heading), heading, "exec"), namespace)
+        results.append(nt.result)
+        claims += nt.claims
+    return claims, results, namespace
+
+
+def agree(first: str, second: str) -> bool:
+    """Two runs' verdicts agree, or one of them reports 'not distinguishable'."""
+    return first == second or "not distinguishable" in (first, second)
+
+
+def test_holm_in_03_matches_a_worked_example():
+    holm = functions(STEM, "holm", np=np).holm
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.2, 0.01]) == pytest.approx([0.2, 0.02])
+
+
+def test_batch_verdict_has_three_answers_and_only_more_than_one_step_differs():
+    verdict = functions(STEM, "batch_verdict").batch_verdict
+    assert verdict(0.3, 64.0, 32.0) == "not distinguishable"
+    assert verdict(1e-6, 32.0, 32.0) == "within one timer step"
+    assert verdict(1e-6, -33.0, 32.0) == "within one timer step"  # a nanosecond of tick conversion
+    assert verdict(1e-6, 33.0, 30.0) == "within one timer step"  # a step read as 30 ns from the runs
+    assert verdict(1e-6, 48.0, 32.0) == "differ"  # a step and a half: not the timer's rounding
+    assert verdict(1e-6, 64.0, 32.0) == "differ"
+
+
+def test_batches_one_step_apart_are_distinguishable_but_within_one_timer_step(nb):
+    """The review's case: two batches of the 16K add, medians one step apart, intervals disjoint."""
+    fns = functions(STEM, "batch_p", "kept_stats", "robust_spread", np=np, math=math, stats=stats)
+    rng = np.random.default_rng(11)
+    a, b = batch(rng, 20, 1010, 3.0), batch(rng, 100, 1042, 3.0)
+    assert np.median(b) - np.median(a) == pytest.approx(32, abs=1)
+    p = fns.batch_p(a, b, 32.0)
+    assert p < 0.01  # the per-batch intervals say "different"...
+    assert functions(STEM, "batch_verdict").batch_verdict(p, np.median(b) - np.median(a), 32.0) == \
+        "within one timer step"  # ...the timer says "as close as it can tell"
+
+
+def test_section_6_claim_fails_when_the_batches_sit_two_steps_apart():
+    raw, raw100 = session(3, shifts={20: 0.0, 100: 64.0})
+    claims, _, _ = run_cells(raw, raw100, "# ## 6. A second batch")
+    assert len(claims) == 1 and not claims[0][0], claims
+
+
+def test_two_synthetic_runs_of_sections_5_and_6_give_verdicts_that_agree():
+    """The same SYNTHETIC kernels in two independent notebook runs (different seeds, different
+    batch-to-batch shifts): section 5's plans agree within the factor its claim allows, and section 6's
+    between-batch verdicts agree per kernel (or one run reports 'not distinguishable')."""
+    verdicts, plans = [], []
+    for seed in (21, 22):
+        claims, results, ns = run_cells(*session(seed), "# ## 5. How many runs", "# ## 6. A second batch")
+        assert all(ok for ok, _, _ in claims), claims
+        assert re.search(r"vector add n=16,384: (not distinguishable|within one timer step)", results[1])
+        verdicts.append(dict(ns["table"].verdict))
+        plans.append(ns["plan"]["runs_for_1%_robust"])
+    for kernel in verdicts[0]:
+        assert agree(verdicts[0][kernel], verdicts[1][kernel]), (kernel, verdicts)
+    assert (np.maximum(*plans) <= 3 * np.minimum(*plans)).all(), plans

@@ -9,7 +9,9 @@
 # - why a microsecond kernel is noisier than a millisecond one, and what one slow run
 #   does to the mean and the standard deviation (and what it does not do to the median);
 # - how many runs a kernel needs for a target precision -- planned from a spread that
-#   one outlier cannot dominate, on *your* measurements, and tried on them.
+#   one outlier cannot dominate, on *your* measurements, and tried on them;
+# - that such a plan describes one batch: whether a second batch of the same kernel agrees,
+#   and why one timer step bounds how closely two sessions can.
 #
 # One measurement tells you nothing about noise. Here every kernel runs 20 times (and
 # 100 times for the convergence plot). All profiles are silent
@@ -249,8 +251,8 @@ with nt.section("4. CI width against the number of runs") as s:
 #   MAD -- and the spread of the runs left -- is zero or nearly so, and the plan would say
 #   2 runs whatever the kernel does. Two floors prevent that: the MAD counts as at least
 #   one step (a run one step from the median is the timer, not an outlier), and the spread
-#   as at least step/√12, the standard deviation that rounding to a step adds by itself
-#   (Sheppard's correction). The step is read from the data: the smallest gap between two
+#   as at least the quantisation noise h/√12 of a step h: the standard deviation that
+#   rounding to a step adds by itself. The step is read from the data: the smallest gap between two
 #   distinct durations over all runs, not counting gaps of two nanoseconds or less
 #   (converting the GPU's clock ticks to nanoseconds moves some readings by one).
 #
@@ -266,6 +268,9 @@ with nt.section("4. CI width against the number of runs") as s:
 # scatters around the true spread -- and a window that holds a slow run (run 0, say) gets
 # a wider interval -- so a fair share of fresh batches land above the target. If you need
 # the target met, not just aimed at, plan for a tighter one than you need, or add runs.
+#
+# And the plan describes *one batch*: the runs of one call, in one state of the GPU.
+# Section 6 asks whether a second batch lands inside it.
 
 # %%
 def timer_step(values: np.ndarray) -> float:
@@ -332,6 +337,80 @@ with nt.section("5. Runs needed for a target precision") as s:
                 f"{w['RSD_%']:.2f}% would ask {w['runs_for_1%_classic']}); 100-run 16K add, {tried}")
 
 # %% [markdown]
+# ## 6. A second batch of the same kernel
+#
+# Every interval and plan above describes *one batch*. Sections 1 and 4 measured both
+# vector adds in two separate calls -- 20 runs, then 100 -- so each kernel has two batches.
+# If an interval described the kernel rather than the batch, the second batch would land
+# inside the first one's interval. The cell prints each batch's Student-t interval of the
+# mean (of the runs section 5 keeps, their spread at least the quantisation noise) and
+# compares the batches: Welch's t-test (Student's t, each batch with its own spread) on
+# those runs, Holm-corrected over the two kernels, and the gap between the two medians in
+# timer steps.
+#
+# Read it with the timer in mind. A duration is a whole number of timer steps, so one step
+# bounds how closely two sessions can be shown to agree: for a microsecond kernel one step
+# is a few percent of its time, wider than the ±1 % the plan aimed at. Two batches whose
+# means are distinguishable but whose medians are one step apart agree as well as the timer
+# can tell. More than one step apart, with the means distinguishable, means the session
+# moved the kernel (clock, temperature, other work on the GPU): a number that must hold
+# from session to session needs several batches, and the spread between them.
+
+# %%
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjustment: a family of p-values keeps its 5 % level whatever their number."""
+    p = np.asarray(p, float)
+    order, out = np.argsort(p), np.empty(len(p))
+    out[order] = np.minimum(1, np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order]))
+    return out
+
+
+def kept_stats(v: np.ndarray, step: float) -> tuple[float, float, int]:
+    """Mean, standard deviation (at least the quantisation noise step / sqrt(12)) and number of the runs
+    robust_spread keeps."""
+    x = v[robust_spread(v, step)[0]]
+    return float(x.mean()), max(float(x.std(ddof=1)), step / math.sqrt(12)), len(x)
+
+
+def batch_p(a: np.ndarray, b: np.ndarray, step: float) -> float:
+    """Welch's two-sided p for the means of two batches of one kernel, from kept_stats of each."""
+    return float(stats.ttest_ind_from_stats(*kept_stats(a, step), *kept_stats(b, step), equal_var=False).pvalue)
+
+
+def batch_verdict(p_holm: float, median_gap: float, step: float) -> str:
+    """'not distinguishable' (p >= 0.05 after Holm), 'within one timer step' (the gap rounds to at most one step:
+    as close as the timer lets two batches agree, whatever a nanosecond of tick conversion does), or 'differ'."""
+    if not p_holm < 0.05:
+        return "not distinguishable"
+    return "within one timer step" if abs(median_gap) < 1.5 * step else "differ"
+
+
+with nt.section("6. A second batch: do two sessions agree?") as s:
+    ENV.require("profiler")
+    step = timer_step(np.concatenate([RAW.Value, RAW100.Value]).astype(float))
+    rows = []
+    for n in SIZES:
+        a, b = (frame[frame.n == n].Value.to_numpy(dtype=float) for frame in (RAW[RAW.Annotation == "vector add"], RAW100))
+        half = {runs: (m, t95(k) * sd / math.sqrt(k)) for runs, (m, sd, k) in ((20, kept_stats(a, step)),
+                                                                                (100, kept_stats(b, step)))}
+        rows.append({"kernel": label("vector add", n), "median_20_us": np.median(a) / 1e3,
+                     "median_100_us": np.median(b) / 1e3, "gap_ns": np.median(b) - np.median(a),
+                     "step_%_of_median": 100 * step / np.median(a), "p": batch_p(a, b, step),
+                     **{f"CI95_{runs}_us": f"{(m - h) / 1e3:.3f}-{(m + h) / 1e3:.3f}" for runs, (m, h) in half.items()}})
+    table = pd.DataFrame(rows).set_index("kernel")
+    table["gap_steps"] = table.gap_ns / step if step else np.nan
+    table["p_holm"] = holm(table.p)
+    table["verdict"] = [batch_verdict(p, gap, step) for p, gap in zip(table.p_holm, table.gap_ns)]
+    print(nt.rules(ENV.backend))
+    print(f"  timer step {step:.0f} ns; Welch's t on the runs section 5 keeps; p Holm-adjusted over {len(table)} kernels")
+    print(table.to_string(float_format="{:,.3g}".format))
+    small = table.loc[label("vector add", SIZES[0])]
+    nt.claim(small.verdict != "differ", f"{small.name}: the two batches agree, as far as one timer step lets them",
+             f"{small.verdict}: medians {small.gap_ns:+.0f} ns apart, p_holm {small.p_holm:.2g}")
+    s.result = "; ".join(f"{k}: {r.verdict} (medians {r.gap_ns:+.0f} ns = {r.gap_steps:+.1f} steps apart, "
+                         f"p_holm {r.p_holm:.2g})" for k, r in table.iterrows())
+
+# %% [markdown]
 # ## Takeaways
 #
 # - `StableMeasurement` is a fixed threshold (RSD < 2 %), not a statistical test. Use it
@@ -346,6 +425,9 @@ with nt.section("5. Runs needed for a target precision") as s:
 #   more runs than long ones.
 # - Compare kernels by their intervals, not by single averages: two averages whose
 #   intervals overlap are not shown to differ.
+# - An interval describes its batch. Before trusting a number across sessions, measure a
+#   second batch: one timer step bounds how closely two sessions can agree, and a short
+#   kernel's step can be wider than the target its plan met within one batch.
 #
 # ## Try it
 #

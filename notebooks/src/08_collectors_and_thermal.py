@@ -15,7 +15,7 @@
 #   and robust) and wall time against `thermal_mode="off"`;
 # - how to ask whether per-run kernel time follows the SM clock or the temperature without
 #   fooling yourself: rank correlation, the warm-up trend removed, a correction for the
-#   number of tests.
+#   number of tests, and series of one experiment pooled so the verdict holds from run to run.
 #
 # Info collectors and thermal control work with either backend (Nsight Compute or CUPTI).
 # The collectors read the GPU through NVML (`pynvml`), which needs no profiler. Every file
@@ -48,6 +48,7 @@ if ENV.has_gpu:
     torch.cuda.init()  # CUDA first: nt.nvml_handle() then finds this process's GPU by its UUID
     pynvml.nvmlInit()
     NVML = nt.nvml_handle()  # not NVML's device 0, which may be another GPU of a shared server
+    LIMIT_W = pynvml.nvmlDeviceGetEnforcedPowerLimit(NVML) / 1000  # the power cap the GPU enforces now
     # three n x n fp16 matrices: 8192 -> 384 MiB of the GPU's free memory
     N_HEAT = 8192 if torch.cuda.mem_get_info()[0] >= 2 * 2**30 else 4096
     print(f"heating workload: {N_HEAT}^3 fp16 matmuls, {HEAT_S} s per run, {RUNS} runs per series")
@@ -68,7 +69,7 @@ def add(x, y):
 # |---|---|---|---|
 # | `ONCE` | once, before the first configuration | nothing | `driver_version` |
 # | `CONFIG` | once per configuration, before its runs | the configuration (`n`) | `vector_mib`, `size_label` |
-# | `RUN` | before **every** run, after the thermal check | the configuration | `sm_clock_mhz`, `gpu_temp_c`, `power_w` |
+# | `RUN` | before **every** run, after the thermal check | the configuration | `sm_clock_mhz`, `gpu_temp_c`, `power_w`, `run_start_s` |
 # | `ANNOTATION` | when `nsight.annotate(...)` is entered, before its NVTX range opens | annotation name, then the configuration | `clock_at_entry_mhz` |
 #
 # Where the values go (`nsight/transformation.py`, `aggregate_data`):
@@ -85,6 +86,12 @@ def add(x, y):
 # GPU this process runs on (`nt.nvml_handle()`, matched by UUID), not NVML's device 0. The
 # benchmark has two annotations so you can see that a `RUN` value is shared by both regions
 # of one run, while an `ANNOTATION` value is read separately at each region's entry.
+#
+# NVML's clock, temperature and power readings do not change within the milliseconds these
+# runs take, so every row may carry the same three values, and a check on them could not
+# tell a value read once per run from one read once per call. So one more `RUN` collector,
+# `run_start_s`, reads `time.monotonic()`: its value must differ from run to run, and the
+# check that both annotations of a run carry the same `RUN` values can now fail.
 
 # %%
 @nsight.experimental.collect(scope=nsight.CollectionScope.ONCE)
@@ -118,6 +125,11 @@ def power_w(*config):
     return pynvml.nvmlDeviceGetPowerUsage(NVML) / 1000  # NVML reports milliwatts
 
 
+@nsight.experimental.collect(scope=nsight.CollectionScope.RUN)
+def run_start_s(*config):
+    return time.monotonic()
+
+
 @nsight.experimental.collect(scope=nsight.CollectionScope.ANNOTATION)
 def clock_at_entry_mhz(annotation_name, *config):
     return pynvml.nvmlDeviceGetClockInfo(NVML, pynvml.NVML_CLOCK_SM)
@@ -126,13 +138,13 @@ def clock_at_entry_mhz(annotation_name, *config):
 SCOPES_DIR = "scopes/"  # output_prefix is a string prefix: a folder (in the work folder) ends with "/"
 SIZES = [1 << 20, 1 << 24]
 SCOPE_RUNS = 5
-NUMERIC = ["vector_mib", "sm_clock_mhz", "gpu_temp_c", "power_w", "clock_at_entry_mhz"]
+NUMERIC = ["vector_mib", "sm_clock_mhz", "gpu_temp_c", "power_w", "run_start_s", "clock_at_entry_mhz"]
 
 
 @nsight.analyze.kernel(configs=SIZES, runs=SCOPE_RUNS, thermal_mode="off", verbosity=SILENT,
                        output_prefix=SCOPES_DIR, output_csv=True,
-                       info_collectors=[driver_version, vector_mib, size_label, sm_clock_mhz,
-                                        gpu_temp_c, power_w, clock_at_entry_mhz])
+                       info_collectors=[driver_version, vector_mib, size_label, sm_clock_mhz, gpu_temp_c,
+                                        power_w, run_start_s, clock_at_entry_mhz])
 def scopes(n: int) -> None:
     x = torch.randn(n, device="cuda")
     with nsight.annotate("x * 2"):
@@ -160,9 +172,9 @@ with nt.section("1. Collectors at four scopes: where each value lands") as s:
     nt.claim(len(raw) == 2 * len(SIZES) * SCOPE_RUNS, "the per-run CSV has one row per annotation, configuration and run",
              f"{len(raw)} rows = 2 x {len(SIZES)} x {SCOPE_RUNS}")
     by_ann = {a: part.reset_index(drop=True) for a, part in raw.groupby("Annotation", sort=False)}
-    run_cols = [c for c in ("sm_clock_mhz", "gpu_temp_c", "power_w") if c in has_data]
-    nt.claim(by_ann["x * 2"][run_cols].equals(by_ann["x + 1"][run_cols]),
-             "a RUN value is read once per run: both annotations of a run carry the same one")
+    run_cols = [c for c in ("sm_clock_mhz", "gpu_temp_c", "power_w", "run_start_s") if c in has_data]
+    nt.claim(by_ann["x * 2"][run_cols].equals(by_ann["x + 1"][run_cols]) and by_ann["x * 2"].run_start_s.is_unique,
+             "a RUN value is read once per run: both annotations of a run carry the same one, a new timestamp each run")
     g = raw.groupby(["Annotation", "n"], sort=False)
     mine = pd.concat({f"{c}_{name}": getattr(g[c], fn)() for c in has_data
                       for name, fn in (("Avg", "mean"), ("Std", "std"), ("Min", "min"), ("Max", "max"))}, axis=1)
@@ -230,8 +242,12 @@ with nt.section("1b. Collector names that clash are refused at decoration") as s
 #
 # What to look for in the table: the first row's `RUN` sample against the others, and the
 # first row's kernel time against the others. The cell prints which way it went. Either
-# way a `RUN` sample is the clock *between* runs, not during your kernel; to know the clock
-# a kernel ran at, measure it (`gpc__cycles_elapsed.avg.per_second`, notebook 04).
+# way a `RUN` sample is the clock *between* runs, not during your kernel. Is the `ANNOTATION`
+# sample, read right before the kernel, any closer? A compute-bound matmul's time goes as
+# 1/clock, so run 0's time against the others' implies the clock run 0 ran at (if the others'
+# samples are right); the cell prints it beside run 0's `ANNOTATION` sample. Far apart, the
+# sample is a weak proxy for the kernel's clock; to know that clock, measure it
+# (`gpc__cycles_elapsed.avg.per_second`, notebook 04).
 #
 # The benchmark also records two readings of the GPU's **thermal headroom** (degrees below
 # the temperature at which it starts to slow down), taken exactly as nsight-python's thermal
@@ -240,8 +256,7 @@ with nt.section("1b. Collector names that clash are refused at decoration") as s
 
 # %%
 THERMO = thermovision.ThermalController()  # nsight's own thermal monitor; used here only to read
-THERMO_OK = False                         # set by section 2: can nsight read the headroom here?
-OFF = AUTO = None
+THERMO_OK, POOL, OFF, AUTO = False, False, None, None  # set by 2 and 3: headroom readable? auto never paused?
 
 
 @nsight.experimental.collect(scope=nsight.CollectionScope.RUN)
@@ -252,11 +267,6 @@ def headroom_c(*config):
 @nsight.experimental.collect(scope=nsight.CollectionScope.ANNOTATION)
 def headroom_at_entry_c(annotation_name, *config):
     return int(THERMO.device.temperature.margin)
-
-
-@nsight.experimental.collect(scope=nsight.CollectionScope.RUN)
-def run_start_s(*config):
-    return time.monotonic()
 
 
 def profile_heated(mode: str) -> dict:
@@ -296,6 +306,12 @@ def first_sample(raw: pd.DataFrame) -> str:
     return f"within 10 % of the median of the others ({first:.0f} vs {rest:.0f} MHz): no idle-clock effect here"
 
 
+def entry_proxy(raw: pd.DataFrame) -> tuple[float, str]:
+    """The clock run 0's time implies (time ~ 1/clock, from runs 1+'s medians); is its ANNOTATION sample within 10 %?"""
+    implied = raw.clock_at_entry_mhz.iloc[1:].median() * raw.Value.iloc[1:].median() / raw.Value.iloc[0]
+    return implied, "close" if abs(raw.clock_at_entry_mhz.iloc[0] / implied - 1) <= 0.1 else "weak proxy"
+
+
 with nt.section("2. The first RUN sample after an idle GPU") as s:
     ENV.require("profiler")
     THERMO_OK = THERMO.init()  # nsight's own check: can it read the thermal headroom on this GPU?
@@ -307,11 +323,12 @@ with nt.section("2. The first RUN sample after an idle GPU") as s:
     nt.claim(len(raw) == RUNS and raw.sm_clock_mhz.notna().all(), "one RUN-scope clock sample per run",
              f"{raw.sm_clock_mhz.notna().sum()} samples, {RUNS} runs")
     t0, t_rest = raw.Value.iloc[0], raw.Value.iloc[1:].median()
-    print(f"\n  the first RUN sample is {first_sample(raw)}")
-    print(f"  run 0: ANNOTATION sample {raw.clock_at_entry_mhz.iloc[0]} MHz; its kernel took {t0 / 1e3:,.1f} us vs "
-          f"a median of {t_rest / 1e3:,.1f} us for runs 1-{RUNS - 1} ({t0 / t_rest:.2f}x)")
-    s.result = (f"first RUN sample {first_sample(raw).split(':')[0]}; "
-                f"run 0's kernel {t0 / t_rest:.2f}x the median of the others")
+    implied, proxy = entry_proxy(raw)
+    print(f"\n  the first RUN sample is {first_sample(raw)}\n  run 0: kernel {t0 / 1e3:,.1f} us vs a median of "
+          f"{t_rest / 1e3:,.1f} us for runs 1-{RUNS - 1} ({t0 / t_rest:.2f}x): {implied:.0f} MHz if time ~ 1/clock; "
+          f"its ANNOTATION sample read {raw.clock_at_entry_mhz.iloc[0]:.0f} MHz: {proxy}")
+    s.result = (f"first RUN sample {first_sample(raw).split(':')[0]}; run 0's kernel {t0 / t_rest:.2f}x the median of "
+                f"the others; its ANNOTATION sample {raw.clock_at_entry_mhz.iloc[0]:.0f} vs {implied:.0f} MHz: {proxy}")
 
 # %% [markdown]
 # ## 3. `thermal_mode="off"` against `"auto"` (the default)
@@ -337,6 +354,12 @@ with nt.section("2. The first RUN sample after an idle GPU") as s:
 # RSD with a small robust spread is one or two outliers, not a noisy series. **If auto never
 # paused, it had nothing to do, and any difference between the two rows is run-to-run
 # variation, not thermal control.**
+#
+# If no thermal limit was reached, what holds the clock under this load? The `power_W`
+# column is `power_w`'s range, and `top_power_%_of_cap` its highest sample against the power
+# cap the GPU enforces (`nvmlDeviceGetEnforcedPowerLimit`). A highest sample at or near the cap,
+# with the headroom far above `thermal_wait`, says power, not temperature, sets the clock.
+# NVML's power reading is an average over a recent window, so it can trail a short burst.
 
 # %%
 def robust_spread_pct(values) -> float:
@@ -348,9 +371,10 @@ def robust_spread_pct(values) -> float:
 def summarise(run: dict) -> dict:
     raw = run["raw"]
     out = {"mode": run["mode"], "median_us": raw.Value.median() / 1e3, "RSD_%": run["df"].RelativeStdDevPct.iloc[0],
-           "robust_%": robust_spread_pct(raw.Value), "wall_s": run["wall"],
-           "temp_C": f"{int(raw.gpu_temp_c.min())}-{int(raw.gpu_temp_c.max())}",
-           "clock_MHz": f"{int(raw.clock_at_entry_mhz.min())}-{int(raw.clock_at_entry_mhz.max())}"}
+           "robust_%": robust_spread_pct(raw.Value), "wall_s": run["wall"]}
+    for name, c in (("temp_C", "gpu_temp_c"), ("clock_MHz", "clock_at_entry_mhz"), ("power_W", "power_w")):
+        out[name] = f"{raw[c].min():.0f}-{raw[c].max():.0f}"
+    out["top_power_%_of_cap"] = 100 * raw.power_w.max() / LIMIT_W
     if "headroom_c" in raw:
         out["headroom_C"] = f"{int(min(raw.headroom_c.min(), raw.headroom_at_entry_c.min()))}-{int(raw.headroom_c.max())}"
     return out
@@ -380,7 +404,7 @@ with nt.section("3. thermal_mode off vs auto: spread, wall time, headroom") as s
     nt.claim((wait, cont) == (10, 20), "nsight pauses at <= 10 C of headroom and resumes at 20 C by default",
              f"thermal_wait={wait}, thermal_cont={cont}")
     AUTO = profile_heated("auto")
-    print(f"  {nt.rules(ENV.backend)}\n")
+    print(f"  {nt.rules(ENV.backend)}; power cap the GPU enforces: {LIMIT_W:.0f} W (nvmlDeviceGetEnforcedPowerLimit)\n")
     table = pd.DataFrame([summarise(OFF), summarise(AUTO)])
     print(table.to_string(index=False, float_format=lambda x: f"{x:,.2f}"))
     if THERMO_OK:
@@ -388,11 +412,13 @@ with nt.section("3. thermal_mode off vs auto: spread, wall time, headroom") as s
         short = "auto never paused" if lowest > wait else f"auto could pause (headroom {lowest} C, {long} long gaps)"
     else:
         verdict = short = "no headroom reading here: nsight switched thermal control off, so auto ran as off"
+    POOL = not THERMO_OK or lowest > wait
     print(f"\n  {verdict}\n  wall time: auto {AUTO['wall']:.1f} s vs off {OFF['wall']:.1f} s "
           f"({AUTO['wall'] - OFF['wall']:+.1f} s); temperature at the first run: off "
           f"{int(OFF['raw'].gpu_temp_c.iloc[0])} C, auto {int(AUTO['raw'].gpu_temp_c.iloc[0])} C")
     s.result = (f"RSD off {table['RSD_%'].iloc[0]:.2f}% / auto {table['RSD_%'].iloc[1]:.2f}%, robust "
-                f"{table['robust_%'].iloc[0]:.2f}% / {table['robust_%'].iloc[1]:.2f}%; {short}")
+                f"{table['robust_%'].iloc[0]:.2f}% / {table['robust_%'].iloc[1]:.2f}%; {short}; "
+                f"power up to {table['top_power_%_of_cap'].max():.0f}% of the enforced limit")
 
 # %% [markdown]
 # ## 4. Does kernel time follow the SM clock or the temperature?
@@ -413,53 +439,58 @@ with nt.section("3. thermal_mode off vs auto: spread, wall time, headroom") as s
 #   then correlate time with the clock and with the temperature **with the run-index trend
 #   removed from both** (a partial rank correlation: the ranks' residuals after a straight
 #   line in the run index, with n − 3 degrees of freedom).
-# - **Many tests, some "hits" by chance.** Three tests per series, two series: six p-values.
-#   At the 5 % level each, about one in three such tables would show a false hit. **Holm's
-#   correction** adjusts the p-values so that the whole table keeps the 5 % level.
+# - **Many tests, some "hits" by chance.** Three tests per series, two series: six p-values
+#   (four where the series are pooled, below). At the 5 % level each, with no relation at all,
+#   at least one of m tests shows a false hit with chance 1 − 0.95^m: about one in four for
+#   six (the cell prints it for its table).
+#   **Holm's correction** adjusts the p-values so that the whole table keeps the 5 % level.
 #
 # Samples are also not independent (neighbouring runs share the GPU's state), which makes
-# any p here optimistic. What to look for: which, if any, adjusted p falls below 0.05, and
-# whether the sign makes physical sense (a higher clock, a shorter kernel). With about
-# twenty runs and six tests only a strong relation can pass: no hit is not proof of no
-# relation, only that these runs cannot show one.
+# any p here optimistic. With about twenty runs per series only a strong relation can pass,
+# and which series shows the hit can change from one run of this notebook to the next while
+# the sign stays the same. So where section 3 found that auto never paused, the two series
+# are one experiment done twice, and the cell **pools** them: ranks and the run-index trend
+# removed within each series, then one partial rank correlation over both, with twice the
+# runs (the trend tests stay per series). What to look for: the `verdict` column -- the
+# sign of ρ where the Holm-adjusted p is below 0.05, else "not distinguishable" -- and
+# whether the sign makes physical sense (a higher clock, a shorter kernel). No hit is not
+# proof of no relation, only that these runs cannot show one.
 
 # %%
-def rank_correlation(x, y, trend=None) -> tuple[float, float]:
-    """Spearman's rho of x and y and its two-sided p (Student's t); with `trend`, the partial rho that holds it fixed."""
-    rx, ry, dof = stats.rankdata(x), stats.rankdata(y), len(x) - 2
-    if trend is not None:  # a straight line in `trend` removed from both rank series costs one degree of freedom
-        rx, ry, dof = [v - np.polyval(np.polyfit(trend, v, 1), trend) for v in (rx, ry)] + [dof - 1]
+def partial_rank_correlation(series: dict, other: str) -> tuple[float, float]:
+    """Spearman's rho of kernel time and `other`, runs 1+ of each series of one experiment, a line in the run index removed
+    from the ranks within each series; two-sided p (Student's t, n - 1 - 2 per series dof: n - 3 for one series)."""
+    def detrended(raw, column):
+        run, ranks = np.arange(1, len(raw), dtype=float), stats.rankdata(raw[column].iloc[1:])
+        return ranks - np.polyval(np.polyfit(run, ranks, 1), run)
+    rx, ry = (np.concatenate([detrended(raw, c) for raw in series.values()]) for c in ("Value", other))
     if np.ptp(rx) < 1e-9 or np.ptp(ry) < 1e-9:
         return float("nan"), float("nan")  # a constant series: no correlation to speak of
-    r = float(np.corrcoef(rx, ry)[0, 1])
-    t = r * np.sqrt(dof / max(1 - r * r, 1e-12))
-    return r, float(2 * stats.t.sf(abs(t), dof))
+    r, dof = float(np.corrcoef(rx, ry)[0, 1]), len(rx) - 1 - 2 * len(series)
+    return r, float(2 * stats.t.sf(abs(r) * np.sqrt(dof / max(1 - r * r, 1e-12)), dof))
 
 
 def holm(p) -> np.ndarray:
     """Holm's step-down adjustment: the family of p-values keeps its error rate whatever their number."""
     p = np.asarray(p, float)
-    order = np.argsort(p)
-    adjusted = np.minimum(1, np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order]))
-    out = np.empty_like(p)
-    out[order] = adjusted
+    order, out = np.argsort(p), np.empty(len(p))
+    out[order] = np.minimum(1, np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order]))
     return out
 
 
-def correlation_table(series: dict) -> pd.DataFrame:
-    """Per series, runs 1+: the warm-up trend, then time vs clock and vs temperature with the trend removed; Holm."""
-    rows = []
-    for mode, raw in series.items():
-        part, run = raw.iloc[1:], np.arange(1, len(raw), dtype=float)
-        time_ns = part.Value.to_numpy(float)
-        rows.append((mode, "time vs run index (trend)", *rank_correlation(time_ns, run), len(part)))
-        for other in ("clock_at_entry_mhz", "gpu_temp_c"):
-            rows.append((mode, f"time vs {other}, trend removed",
-                         *rank_correlation(time_ns, part[other].to_numpy(float), trend=run), len(part)))
+def correlation_table(series: dict, pool: bool = False) -> pd.DataFrame:
+    """Runs 1+: each series' warm-up trend (time vs run index), then time vs clock and vs temperature with the trend
+    removed, per series or, with `pool`, once over all (one experiment done several times); Holm; verdict: rho's sign."""
+    rows = [(mode, "time vs run index (trend)", *stats.spearmanr(raw.Value.iloc[1:], np.arange(1, len(raw))),
+             len(raw) - 1) for mode, raw in series.items()]
+    for group in [series] if pool else [{mode: raw} for mode, raw in series.items()]:
+        rows += [("+".join(group), f"time vs {other}, trend removed", *partial_rank_correlation(group, other),
+                  sum(len(raw) - 1 for raw in group.values())) for other in ("clock_at_entry_mhz", "gpu_temp_c")]
     table = pd.DataFrame(rows, columns=["series", "test", "rho", "p", "n"])
     tested = table.p.notna()
     table.loc[tested, "p_holm"] = holm(table.p[tested])
-    return table
+    return table.assign(verdict=[("negative" if r < 0 else "positive") if p < 0.05 else "not distinguishable"
+                                 for r, p in zip(table.rho, table.p_holm)])
 
 
 with nt.section("4. Plot: time, SM clock and temperature per run; rank correlations") as s:
@@ -474,19 +505,18 @@ with nt.section("4. Plot: time, SM clock and temperature per run; rank correlati
         axes[1].plot(raw.sm_clock_mhz, "x", ms=5, color=f"C{i}", label=f"{mode}: RUN sample")
         axes[2].plot(raw.gpu_temp_c, "o-", ms=3, color=f"C{i}", label=mode)
     for ax, label in zip(axes, ("kernel time (us)", "SM clock (MHz)", "GPU temperature (C)")):
-        ax.set_ylabel(label)
-        ax.legend(fontsize=7)
+        ax.set_ylabel(label); ax.legend(fontsize=7)
     axes[2].set_xlabel("run")
     axes[0].set_title(f"{N_HEAT}^3 fp16 matmul after {HEAT_S} s of load per run ({ENV.backend} backend)")
-    plt.tight_layout()
-    plt.show()
-    print(f"  {nt.rules(ENV.backend)}\n  Spearman rank correlations, run 0 left out; p Holm-adjusted over the table:")
-    corr = correlation_table(series)
-    print(corr.to_string(index=False, formatters={"rho": "{:+.2f}".format, "p": "{:.2g}".format,
-                                                  "p_holm": "{:.2g}".format}))
-    hits = corr[corr.p_holm < 0.05]  # distinguishable from 0 with the whole table at the 5 % level
-    s.result = (f"{len(hits)} of {corr.p.notna().sum()} rank correlations distinguishable from 0 after Holm"
-                + (f": {'; '.join(hits.series + ' ' + hits.test)}" if len(hits) else ""))
+    plt.tight_layout(); plt.show()
+    corr = correlation_table(series, pool=POOL and len(series) == 2)  # POOL: auto never paused (section 3)
+    pooled = "off and auto pooled, as auto never paused" if POOL and len(series) == 2 else "per series"
+    m = int(corr.p.notna().sum())
+    print(f"  {nt.rules(ENV.backend)}\n  Spearman rank correlations, run 0 left out, {pooled}; p Holm-adjusted over the "
+          f"table:\n{corr.to_string(index=False, float_format='{:.2g}'.format)}\n  with no relation at all, {m} tests "
+          f"at 5 % each show a false hit with chance 1 - 0.95^{m} = {1 - 0.95**m:.0%}")
+    s.result = f"{pooled}: " + "; ".join(f"{r.series} {r.test.split(',')[0]}: {r.verdict} (rho {r.rho:+.2f})"
+                                         for r in corr[corr.test.str.endswith("removed")].itertuples())
 
 # %% [markdown]
 # ## Takeaways
@@ -498,14 +528,18 @@ with nt.section("4. Plot: time, SM clock and temperature per run; rank correlati
 # - A collector that raises does not stop profiling: nsight-python warns once and stores
 #   None. Check your collector columns for empty values.
 # - `RUN` samples are taken at the **start** of a run: the first one describes the GPU
-#   before the work, whichever way that goes on your GPU. A sample closer to the kernel
-#   (`ANNOTATION` scope) is a better description of the clock it ran at; a warm-up run before
-#   measuring avoids the question.
+#   before the work, whichever way that goes on your GPU. An `ANNOTATION` sample is closer to
+#   the kernel but still an NVML reading that may not have updated: compare it with the clock
+#   run 0's time implies (section 2). To know the clock a kernel ran at, measure it
+#   (`gpc__cycles_elapsed.avg.per_second`); a warm-up run before measuring avoids the
+#   first-run question.
 # - `thermal_mode="auto"` only acts when the headroom drops to `thermal_wait`. Read the
 #   headroom before crediting or blaming it for a difference; report a robust spread next
-#   to the RSD, so one slow run is not read as a noisy mode.
+#   to the RSD, so one slow run is not read as a noisy mode. Far from the thermal limit, read
+#   the power samples against the enforced power limit.
 # - Correlating per-run series: ranks, not raw values; the shared trend removed; a
-#   correction for the number of tests; p printed with its digits.
+#   correction for the number of tests; p printed with its digits. Series of one experiment
+#   pooled, and the sign reported, rather than whichever series happened to pass.
 #
 # ## Try it
 #
