@@ -73,8 +73,6 @@ def build_parser():  # -> argparse.ArgumentParser
     import argparse
     from pathlib import Path
 
-    from nspy_tutorial.runner import CLONE_NOTEBOOKS
-
     class RunParser(argparse.ArgumentParser):
         def format_help(self) -> str:
             self.epilog = listing("exit codes", exit_codes()) + "\n\n" + listing("environment variables", variables())
@@ -94,8 +92,8 @@ def build_parser():  # -> argparse.ArgumentParser
         description="Execute the NN_*.ipynb notebooks in order with pytest and nbmake, each in its own kernel,\n"
                     "and write <out>/results.md, <out>/results.json and executed copies in <out>/notebooks/.")
     add = run_parser.add_argument
-    add("--notebooks-dir", type=Path, default=CLONE_NOTEBOOKS,
-        help=f"folder holding NN_*.ipynb (default: {CLONE_NOTEBOOKS}, the clone's, with an editable install)")
+    add("--notebooks-dir", type=Path,
+        help="folder holding NN_*.ipynb (default: notebooks/ of the clone the package is installed from, editable)")
     add("--out", type=Path, default=Path("results"),
         help="output folder; its card and notebooks/ are replaced when the run is complete (default: results)")
     add("--only", nargs="+", metavar="NN", help="run only these notebook numbers, e.g. --only 02 05")

@@ -56,25 +56,30 @@ def find_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[P
     return [path for path in notebooks if not only or found[path] in {int(value) for value in only}]
 
 
-def prepare_out(out: Path) -> tuple[Path, Path | None]:
-    """Check ``out`` and make the hidden folder the run writes into; return it and what was created.
+def topmost_missing(out: Path) -> Path | None:
+    """The highest folder of ``out``'s path that does not exist yet (what the run creates), if any."""
+    missing = None
+    for path in (out, *out.parents):
+        if path.exists():
+            break
+        missing = path
+    return missing
 
-    ``out`` may be missing (it is created) or a previous results folder; anything else, or a place
-    where nothing can be written, is a :class:`RunnerError` naming the folder.
+
+def prepare_out(out: Path) -> Path:
+    """Check ``out``, make it if needed, and make the hidden folder the run writes into; return that.
+
+    ``out`` may be missing or a previous results folder; anything else, or a place where nothing
+    can be written, is a :class:`RunnerError` naming the folder.
     """
     if out.exists() and not out.is_dir():
         raise RunnerError(f"--out {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()) and not (out / "results.json").exists():
         raise RunnerError(f"--out {out} exists and does not look like a results folder (no results.json); "
                           "refusing to replace it")
-    created = None  # the topmost folder this makes, removed again if the run does not complete
-    for path in (out, *out.parents):
-        if path.exists():
-            break
-        created = path
     try:
         out.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=".nspy-partial-", dir=out)), created
+        return Path(tempfile.mkdtemp(prefix=".nspy-partial-", dir=out))
     except OSError as error:
         raise RunnerError(f"--out {out}: cannot write there ({error.strerror or error}); "
                           "pass --out a folder you can write to") from None
@@ -126,18 +131,18 @@ def run_pytest(command: list[str], env: dict[str, str], log: Path, progress_fd: 
         raise
 
 
-def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) -> int:
-    """Run the notebooks, publish the card in ``out``; return the exit code."""
+def run(notebooks_dir: Path | None, out: Path, only: list[str] | None, timeout: int) -> int:
+    """Run the notebooks (default: the clone's), publish the card in ``out``; return the exit code."""
     try:
         check_settings()
         backend_choice()
     except SettingError as error:
         raise RunnerError(str(error)) from None
-    notebooks = find_notebooks(notebooks_dir, only)
+    notebooks = find_notebooks(notebooks_dir or CLONE_NOTEBOOKS, only)
     out = out.absolute()
-    staging, created = prepare_out(out)
-    card, log = None, ""
+    created, staging, card, log = topmost_missing(out), None, None, ""
     try:
+        staging = prepare_out(out)
         with tempfile.TemporaryDirectory(prefix="nspy-run-") as scratch:
             (staging / "notebooks").mkdir()
             copies = [Path(shutil.copy(path, staging / "notebooks" / path.name)) for path in notebooks]
@@ -154,7 +159,8 @@ def run(notebooks_dir: Path, out: Path, only: list[str] | None, timeout: int) ->
             else:
                 log = (Path(scratch) / "log").read_text(encoding="utf-8", errors="replace").strip()
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
         if created is not None and card is None:
             shutil.rmtree(created, ignore_errors=True)
     if card is None:
