@@ -6,9 +6,9 @@
   the session ends, never into the repository.
 * Each notebook's section records (``NSPY_TUTORIAL_RESULTS``, a file per notebook) are judged
   after it ran: it recorded a section; every SKIPPED section has a reason and a remedy; and on a
-  machine without a GPU every section that calls ``ENV.require...`` is SKIPPED for the missing
-  GPU, with this machine's remedy, and counted under need ``gpu`` (also a section that needs an
-  earlier one).
+  machine without a GPU (unless ``NSPY_TUTORIAL_REQUIRE`` turns such skips into failures) every
+  section that calls ``ENV.require...`` is SKIPPED for the missing GPU, with this machine's
+  remedy, and counted under need ``gpu`` (also a section that needs an earlier one).
 
 ``nspy-tutorial run`` does not load this file (it runs copies of the notebooks, ``--noconftest``).
 """
@@ -25,7 +25,7 @@ import pytest
 
 from nspy_tutorial.bootstrap import gpu_remedy, on_colab, probe_gpu
 from nspy_tutorial.card import read_section_records
-from nspy_tutorial.sections import RESULTS_VAR
+from nspy_tutorial.sections import RESULTS_VAR, required
 
 os.environ.setdefault("NSPY_TUTORIAL_STRICT", "1")
 _SESSION = tempfile.mkdtemp(prefix="nspy-notebooks-")
@@ -70,7 +70,7 @@ def problems(path: Path, records: list, gpu_problem: str | None) -> list[str]:
     found = [] if records else ["no section recorded"]
     found += [f"{r.section}: SKIPPED without a reason and a remedy" for r in records
               if r.status == "SKIPPED" and not ((r.reason or "").strip() and (r.remedy or "").strip())]
-    if gpu_problem is None:
+    if gpu_problem is None or required():
         return found
     by_name = {r.section: r for r in records}
     for name in gpu_sections(path):
