@@ -88,31 +88,26 @@ def prepare_out(out: Path) -> Path:
 def publish(staging: Path, out: Path) -> None:
     """Replace the card's files and executed notebooks inside ``out`` by the new ones."""
     for name in CARD_FILES:
-        target = out / name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        elif target.exists() or target.is_symlink():
-            target.unlink()
-        os.replace(staging / name, target)
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
+        os.replace(staging / name, out / name)  # a file is replaced in one step
 
 
-def pytest_command(notebooks: list[Path], staging: Path, ini: Path, timeout: int, progress_fd: int) -> list[str]:
+def pytest_command(notebooks: list[Path], staging: Path, ini: Path, timeout: int) -> list[str]:
     """pytest with nbmake (executed copies kept) and the card plug-in, nothing else loaded."""
     return [sys.executable, "-m", "pytest", "-c", str(ini), "-p", "nbmake.pytest_plugin", "-p", "nspy_tutorial.card",
             "-p", "no:cacheprovider", "--noconftest", "-q", "--nbmake", "--overwrite", f"--nbmake-timeout={timeout}",
-            f"--nspy-card={staging}", f"--nspy-progress-fd={progress_fd}", *map(str, notebooks)]
+            f"--nspy-card={staging}", *map(str, notebooks)]
 
 
-def run_pytest(command: list[str], env: dict[str, str], log: Path, progress_fd: tuple[int, int]) -> int:
-    """Run pytest in a session of its own, echo its progress lines; stop it on Ctrl-C/SIGTERM.
-
-    On a stop it gets SIGINT, which stops its kernel (nbclient kills the kernel's process group);
-    after :data:`STOP_GRACE_SECONDS` it is killed, and the kernel, losing its parent, exits.
-    """
-    read_fd, write_fd = progress_fd
+def run_pytest(command: list[str], env: dict[str, str], log: Path) -> int:
+    """Run pytest in a session of its own (its output into ``log``), echo its progress lines; on
+    Ctrl-C/SIGTERM send it SIGINT, which stops its kernel (nbclient kills the kernel's process
+    group), and kill it after :data:`STOP_GRACE_SECONDS` (the kernel, losing its parent, exits)."""
+    read_fd, write_fd = os.pipe()
     with open(log, "wb") as output:
-        process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
-                                   pass_fds=(write_fd,), start_new_session=True)
+        process = subprocess.Popen([*command, f"--nspy-progress-fd={write_fd}"], env=env, stdin=subprocess.DEVNULL,
+                                   stdout=output, stderr=output, pass_fds=(write_fd,), start_new_session=True)
     os.close(write_fd)
     try:
         with open(read_fd, encoding="utf-8") as progress:
@@ -150,9 +145,7 @@ def run(notebooks_dir: Path | None, out: Path, only: list[str] | None, timeout: 
             ini.write_text("[pytest]\n", encoding="utf-8")
             env = {**os.environ, WORKDIR_VAR: str(Path(scratch) / "work"), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
             env.pop(RESULTS_VAR, None)
-            read_fd, write_fd = os.pipe()
-            code = run_pytest(pytest_command(copies, staging, ini, timeout, write_fd), env, Path(scratch) / "log",
-                              (read_fd, write_fd))
+            code = run_pytest(pytest_command(copies, staging, ini, timeout), env, Path(scratch) / "log")
             if (staging / "results.json").exists():
                 card = json.loads((staging / "results.json").read_text(encoding="utf-8"))
                 publish(staging, out)
