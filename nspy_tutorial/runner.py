@@ -30,6 +30,7 @@ REPOSITORY = "https://github.com/nspy-tutorial/nspy-tutorial"  # scripts/build_n
 CLONE_NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"  # in a clone (an editable install)
 NOTEBOOK_NAME = re.compile(r"^(\d+)_.+\.ipynb$")
 CARD_FILES = ("results.json", "results.md", "notebooks")
+PARTIAL = ".nspy-partial-"  # the hidden folder inside --out that a run writes into
 STOP_GRACE_SECONDS = 15  # how long a stopped pytest may take to stop its kernel
 
 
@@ -74,12 +75,13 @@ def prepare_out(out: Path) -> Path:
     """
     if out.exists() and not out.is_dir():
         raise RunnerError(f"--out {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / "results.json").exists():
+    others = [p for p in out.iterdir() if not p.name.startswith(PARTIAL)] if out.is_dir() else []
+    if others and not (out / "results.json").exists():  # (a killed run's hidden folder does not count)
         raise RunnerError(f"--out {out} exists and does not look like a results folder (no results.json); "
                           "refusing to replace it")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=".nspy-partial-", dir=out))
+        return Path(tempfile.mkdtemp(prefix=PARTIAL, dir=out))
     except OSError as error:
         raise RunnerError(f"--out {out}: cannot write there ({error.strerror or error}); "
                           "pass --out a folder you can write to") from None

@@ -300,6 +300,14 @@ def test_unrelated_out_folder_is_not_replaced(notebooks_dir, tmp_path, capsys):
     assert "refusing to replace" in capsys.readouterr().err
 
 
+def test_the_hidden_folder_of_a_killed_run_does_not_make_out_look_unrelated(notebooks_dir, tmp_path):
+    write_notebook(notebooks_dir, "01_a.ipynb", "pass")
+    out = tmp_path / "results"
+    (out / f"{runner.PARTIAL}left-by-kill-9").mkdir(parents=True)
+    assert run_main(notebooks_dir, out) == 0
+    assert (out / "results.json").exists()
+
+
 @pytest.mark.parametrize("where", ["under a file", "under /proc"])
 def test_an_out_folder_that_cannot_be_made_is_one_line_naming_it(notebooks_dir, tmp_path, capsys, where):
     write_notebook(notebooks_dir, "01_a.ipynb", "pass")
