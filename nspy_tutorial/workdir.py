@@ -9,7 +9,8 @@ run leaves nothing in ``/tmp``.
 
 The folder is ``$NSPY_TUTORIAL_WORKDIR/<notebook>`` when the variable is set (the runner
 sets it to a scratch folder it removes afterwards; the tests do the same), otherwise
-``./nspy_work/<notebook>`` next to where the notebook runs (in Colab: ``/content``).
+``./nspy_work/<notebook>`` next to where the notebook runs (in Colab: ``/content``). A folder
+that cannot be made there is a :class:`~nspy_tutorial.sections.SettingError` naming the variable.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+
+from nspy_tutorial.sections import SettingError
 
 WORKDIR_VAR = "NSPY_TUTORIAL_WORKDIR"
 DEFAULT_ROOT = "nspy_work"
@@ -42,7 +45,13 @@ def enter(notebook: str) -> Path:
         raise ValueError(f"work folder: {notebook!r} is not a notebook name such as '06_roofline'")
     path = root() / notebook
     tmp = path / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        value = os.environ.get(WORKDIR_VAR, "")
+        setting = f"{WORKDIR_VAR}={value!r}" if value.strip() else f"{WORKDIR_VAR} is unset, so ./{DEFAULT_ROOT}"
+        raise SettingError(f"{setting}: cannot make the work folder {tmp} ({error.strerror or error}); set "
+                           f"{WORKDIR_VAR} to a folder you can write to") from None
     os.chdir(path)
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))

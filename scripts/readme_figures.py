@@ -43,8 +43,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's nspy_tutorial, also when run from elsewhere
 
+from nspy_tutorial.card import card_markdown  # noqa: E402
 from nspy_tutorial.display import WIDTH  # noqa: E402  (after the path)
-from nspy_tutorial.runner import card_markdown  # noqa: E402
 
 START = "<!-- what-you-will-see: start. Written by scripts/readme_figures.py from a recorded run; do not edit. -->"
 END = "<!-- what-you-will-see: end -->"

@@ -1,31 +1,15 @@
-"""Shared test setup.
+"""Shared setup of the unit tests (the notebooks' own, under nbmake, is ``notebooks/conftest.py``).
 
-Strict mode for every notebook this pytest session executes: nbmake (``pytest --nbmake``)
-starts each notebook's kernel with this process's environment, and with
-``NSPY_TUTORIAL_STRICT=1`` a section that ends FAILED re-raises, so the notebook -- and
-the test run -- fails instead of printing ``[FAILED]`` and carrying on. ``setdefault``:
-an explicit ``NSPY_TUTORIAL_STRICT=0`` from the caller still wins.
-
-The notebooks' work folders (``NSPY_TUTORIAL_WORKDIR``, see nspy_tutorial.workdir) go to a
-temporary folder removed when the session ends, never into the repository.
-
-Unit tests that depend on the variables set or remove them themselves (monkeypatch). Every
-unit test gets its own work-folder root, and the working directory, ``sys.path`` and
-``tempfile``'s folder that ``setup()`` changes are put back afterwards.
+Unit tests that depend on the ``NSPY_TUTORIAL_*`` variables set or remove them themselves
+(monkeypatch). Every unit test gets its own work-folder root, and the working directory,
+``sys.path`` and ``tempfile``'s folder that ``setup()`` changes are put back afterwards.
 """
 
-import atexit
 import os
-import shutil
 import sys
 import tempfile
 
 import pytest
-
-os.environ.setdefault("NSPY_TUTORIAL_STRICT", "1")
-_SESSION_WORK = tempfile.mkdtemp(prefix="nspy-tests-work-")
-atexit.register(shutil.rmtree, _SESSION_WORK, ignore_errors=True)
-os.environ.setdefault("NSPY_TUTORIAL_WORKDIR", _SESSION_WORK)
 
 
 @pytest.fixture(autouse=True)

@@ -52,7 +52,7 @@ def test_the_console_script_starts_in_the_module_that_installs_the_handlers_firs
 @pytest.mark.skipif(not hasattr(os, "killpg"), reason="signals a process group")
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_during_start_up_is_one_line_and_the_exit_code(tmp_path, signum, code):
-    """0.1 s after start the command is still importing nbformat, nbclient and zmq."""
+    """0.1 s after start the command has not yet started its pytest (Python and the package are loading)."""
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('never')")])

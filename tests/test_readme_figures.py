@@ -16,12 +16,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nspy_tutorial import runner
+from nspy_tutorial import card
 from nspy_tutorial.backend import NcuInstall
 from nspy_tutorial.bootstrap import Environment, banner_lines
 from nspy_tutorial.display import WIDTH
 from nspy_tutorial.gpu_facts import DeviceFacts, datasheet_for
-from nspy_tutorial.runner import NotebookResult
 from nspy_tutorial.sections import SectionRecord
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,9 +96,9 @@ def make_run(folder: Path, drop_image: str | None = None) -> Path:
         cells.append(cell("nt.summary()", "SUMMARY"))
         nbformat.write(nbformat.v4.new_notebook(cells=cells), folder / "notebooks" / f"{stem}.ipynb")
         records = [SectionRecord(stem, name, "OK", result="done", seconds=1.0) for name in names]
-        results.append(NotebookResult(stem, "OK", 3.0, sections=records))
-    card = runner.build_card(results, STARTED, "2026-05-03T10:03:00+00:00")
-    (folder / "results.json").write_text(json.dumps(card, indent=2), encoding="utf-8")
+        results.append(card.notebook_entry(stem, 3.0, records))
+    data = card.build_card(results, STARTED, "2026-05-03T10:03:00+00:00")
+    (folder / "results.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
     return folder
 
 
@@ -139,8 +138,8 @@ def test_the_card_is_the_runners_own_table(tmp_path, repo):
     run = make_run(tmp_path / "run")
     figures.main([str(run), "--docs", str(repo / "docs"), "--readme", str(repo / "README.md")])
     table = (repo / "docs" / "results-table.md").read_text(encoding="utf-8")
-    card = json.loads((run / "results.json").read_text(encoding="utf-8"))
-    assert table.endswith(runner.card_markdown(card))
+    data = json.loads((run / "results.json").read_text(encoding="utf-8"))
+    assert table.endswith(card.card_markdown(data))
     assert table.startswith("<!-- Written by scripts/readme_figures.py")
     assert "| 4. The roofline plot | OK | done |" in table
 

@@ -7,6 +7,7 @@ import tempfile
 import pytest
 
 from nspy_tutorial import workdir
+from nspy_tutorial.sections import SettingError
 
 
 def test_enter_makes_the_notebooks_folder_under_the_root_variable_and_works_there(tmp_path, monkeypatch):
@@ -51,3 +52,12 @@ def test_the_root_is_fixed_at_first_use_so_entering_again_does_not_nest(tmp_path
 def test_a_name_that_is_not_a_notebook_name_is_refused(name):
     with pytest.raises(ValueError, match="not a notebook name"):
         workdir.enter(name)
+
+
+def test_a_work_folder_that_cannot_be_made_is_an_error_naming_the_variable(tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(workdir.WORKDIR_VAR, str(tmp_path / "a-file"))
+    with pytest.raises(SettingError, match=rf"^{workdir.WORKDIR_VAR}='{tmp_path / 'a-file'}': cannot make the work "
+                                           rf"folder {tmp_path / 'a-file' / '06_roofline' / 'tmp'} \(.*\); set "
+                                           rf"{workdir.WORKDIR_VAR} to a folder you can write to$"):
+        workdir.enter("06_roofline")

@@ -193,7 +193,7 @@ def actions_of(report) -> list:
 
 
 with nt.section("2a. nsight-python's own report (Nsight Compute backend)") as s:
-    ENV.require("profiler")
+    ENV.require("profiler", also="ncu")
     if ENV.backend != "ncu":
         raise nt.Skip(f"the {ENV.backend} backend writes no .ncu-rep (only the Nsight Compute backend does; it did "
                       f"not load: {ENV.ncu_problem}); section 2b writes a full report with the ncu command line",

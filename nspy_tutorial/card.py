@@ -1,0 +1,205 @@
+"""The results card: a pytest plug-in that writes it from a nbmake run of the notebooks.
+
+``nspy-tutorial run`` runs ``pytest --nbmake -p nspy_tutorial.card --nspy-card DIR``. For each
+notebook the plug-in points ``NSPY_TUTORIAL_RESULTS`` at a file of its own, where the section
+guards append one JSON line per section, and prints a progress line before and after; at the
+end it writes ``DIR/results.json`` and ``DIR/results.md`` (not when the run was interrupted).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import re
+import sys
+from collections import Counter
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nspy_tutorial.sections import FAILED, OK, RESULTS_VAR, SKIPPED, STATUSES, SectionRecord, first_line
+
+NEED_LABELS = {"gpu": "no GPU", "profiler": "no profiler backend", "ncu": "no Nsight Compute backend",
+               "ncu-cli": "no ncu command line", "cupti": "no cupti-python", "triton": "no Triton",
+               "counters": "GPU counters reserved to administrators"}
+
+
+def now() -> str:
+    """The local time as ISO 8601 with offset, to the second."""
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def read_section_records(path: Path) -> list[SectionRecord]:
+    """A JSON-lines records file; the last record per (notebook, section) wins (a re-run cell counts),
+    at the place of its first. A line that is not a record is skipped with a warning."""
+    latest: dict[tuple[str, str], SectionRecord] = {}
+    names = {f.name for f in fields(SectionRecord)}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines() if path.exists() else [], 1):
+        try:
+            data = json.loads(line)
+            if data.get("status") not in STATUSES or not isinstance(data.get("section"), str):
+                raise ValueError
+            record = SectionRecord(**{k: v for k, v in data.items() if k in names})
+        except (ValueError, TypeError, AttributeError):
+            if line.strip():
+                print(f"warning: {path.name}:{number}: not a section record, ignored", file=sys.stderr)
+            continue
+        latest[(record.notebook, record.section)] = record
+    return list(latest.values())
+
+
+def notebook_entry(name: str, seconds: float, sections: list[SectionRecord], error: str | None = None,
+                   cell: int | None = None) -> dict[str, Any]:
+    """One notebook on the card: OK when every cell ran and no section FAILED."""
+    counts = Counter(s.status for s in sections)
+    return {"notebook": name, "status": FAILED if error or counts[FAILED] else OK, "seconds": round(seconds, 1),
+            "error": error, "cell": cell, "counts": {status: counts[status] for status in STATUSES},
+            "sections": [asdict(s) for s in sections]}
+
+
+def need_label(needs: str | None) -> str:
+    """Why a section was skipped, in a few words, from the need it lacked."""
+    if re.fullmatch(r"cc\d+\.\d+", needs or ""):
+        return f"GPU below compute capability {needs[2:]}"
+    return NEED_LABELS.get(needs, f"no {needs}") if needs else "other reasons"
+
+
+def headline(entries: list[dict[str, Any]]) -> str:
+    """What ran first, e.g. ``3 sections ran OK, 23 skipped (21 no GPU, 2 other reasons), 0 failed``;
+    a notebook stopped before its end is named with its cell: ``...; 1 of 3 notebooks stopped by an
+    error in cell 2 (01_bad)``, and the counts then say "sections"."""
+    sections = [s for entry in entries for s in entry["sections"]]
+    counts = Counter(s["status"] for s in sections)
+    skipped = Counter(need_label(s["needs"]) for s in sections if s["status"] == SKIPPED).most_common()
+    why = f" ({', '.join(f'{n} {label}' if len(skipped) > 1 else label for label, n in skipped)})" if skipped else ""
+    stopped = [(e["notebook"], e["cell"]) for e in entries if e["error"] is not None]
+    failed = plural(counts[FAILED], "section") if stopped else str(counts[FAILED])
+    text = f"{counts[OK]} {'section' if counts[OK] == 1 else 'sections'} ran OK, {counts[SKIPPED]} skipped{why}, " \
+           f"{failed} failed"
+    if len(stopped) == 1:
+        where = f" in cell {stopped[0][1]}" if stopped[0][1] is not None else ""
+        text += f"; 1 of {plural(len(entries), 'notebook')} stopped by an error{where} ({stopped[0][0]})"
+    elif stopped:
+        where = ", ".join(name + (f" cell {cell}" if cell is not None else "") for name, cell in stopped)
+        text += f"; {len(stopped)} of {len(entries)} notebooks stopped by an error ({where})"
+    return text
+
+
+def build_card(entries: list[dict[str, Any]], started_at: str, finished_at: str) -> dict[str, Any]:
+    """The results card as plain data, ready for JSON and for :func:`card_markdown`."""
+    sections = Counter(s["status"] for e in entries for s in e["sections"])
+    return {"started_at": started_at, "finished_at": finished_at, "headline": headline(entries),
+            "machine": {"platform": platform.platform(), "python": platform.python_version()},
+            "totals": {"notebooks": len(entries), "notebooks_ok": sum(e["status"] == OK for e in entries),
+                       "notebooks_failed": sum(e["status"] != OK for e in entries),
+                       "sections": {status: sections[status] for status in STATUSES},
+                       "seconds": round(sum(e["seconds"] for e in entries), 1)},
+            "notebooks": entries}
+
+
+def cell_text(value: str | None) -> str:
+    """Text for one Markdown table cell: the whole first line, pipes escaped."""
+    lines = (value or "").strip().splitlines()
+    return (lines[0] if lines else "").replace("|", "\\|")
+
+
+def card_markdown(card: dict[str, Any]) -> str:
+    """The human-readable card: headline, one row per notebook, a table per notebook, skip reasons."""
+    totals, entries = card["totals"], card["notebooks"]
+    lines = ["# nspy-tutorial results", "", f"**{card['headline']}**", "",
+             f"- Notebooks: {totals['notebooks_ok']} of {totals['notebooks']} without a FAILED section, "
+             f"{totals['seconds']:.1f} s", f"- When: {card['started_at']} to {card['finished_at']}",
+             f"- Machine: {card['machine']['platform']}, Python {card['machine']['python']}", "",
+             "| Notebook | Status | OK | SKIPPED | FAILED | Time (s) | Error |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {e['notebook']} | {e['status']} | {' | '.join(str(e['counts'][s]) for s in STATUSES)} "
+              f"| {e['seconds']:.1f} | {cell_text(e['error'])} |" for e in entries]
+    for e in entries:
+        lines += ["", f"## {e['notebook']} — {e['status']}", ""]
+        lines += [f"**Stopped by an error:** {cell_text(e['error'])}", ""] if e["error"] else []
+        lines += ["| Section | Status | Result or reason | Remedy |", "|---|---|---|---|"] if e["sections"] \
+            else ["_No section records._"]
+        for s in e["sections"]:
+            detail, remedy = (s["result"], None) if s["status"] == OK else (s["reason"], s["remedy"])
+            lines.append(f"| {cell_text(s['section'])} | {s['status']} | {cell_text(detail)} | {cell_text(remedy)} |")
+    reasons = Counter(s["reason"] or "no reason given" for e in entries for s in e["sections"] if s["status"] == SKIPPED)
+    if reasons:
+        lines += ["", "## Why sections were skipped", ""]
+        lines += [f"- {cell_text(reason)} — {plural(count, 'section')}" for reason, count in reasons.most_common()]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def stop_reason(excinfo: pytest.ExceptionInfo, path: Path, timeout: int) -> tuple[str, int | None]:
+    """Why nbmake stopped a notebook, in one line, and the cell (1-based) it stopped in, if known."""
+    result = excinfo.value.args[0] if excinfo.value.args else None
+    error, text = getattr(result, "error", None), first_line(str(excinfo.value))
+    if excinfo.typename == "DeadKernelError":
+        return f"the kernel died ({text})", None
+    if error is None or not hasattr(result, "nb"):  # not a cell's error, e.g. nbformat's NotJSONError
+        return f"cannot read {path.name}: {excinfo.typename}: {text}", None
+    index, cells = error.failing_cell_index, result.nb.cells
+    where = f'cell {index + 1} of {len(cells)} ("{first_line(cells[index].source, 60)}"): '
+    shown = [o for o in cells[index].get("outputs", []) if o.get("output_type") == "error"]
+    if error.summary.startswith("A cell timed out") or not shown:  # nbclient's CellTimeoutError
+        return f"{where}still running after {timeout} s (--timeout); the kernel was stopped", index + 1
+    return f"{where}{shown[0]['ename']}: {first_line(shown[0]['evalue'])}", index + 1
+
+
+class Card:
+    """The plug-in's state: the progress stream, the records folder, one card entry per notebook."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.out, self.timeout = config.getoption("nspy_card"), config.getoption("nbmake_timeout")
+        fd = config.getoption("nspy_progress_fd")
+        self.progress = os.fdopen(fd, "w", buffering=1) if fd else sys.stdout
+        self.entries: list[dict[str, Any]] = []
+        self.started_at, self.total = now(), 0
+
+    def records(self, item: pytest.Item) -> Path:
+        return self.out / "records" / f"{item.path.stem}.jsonl"
+
+    def label(self, item: pytest.Item) -> str:
+        return f"[{len(self.entries) + 1}/{self.total}] {item.path.stem} ..."
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.total = len(items)
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        print(self.label(item), file=self.progress)
+        os.environ[RESULTS_VAR] = str(self.records(item))  # the kernel nbmake starts inherits it
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
+        yield
+        if call.when == "call":
+            error, cell = stop_reason(call.excinfo, item.path, self.timeout) if call.excinfo else (None, None)
+            entry = notebook_entry(item.path.stem, call.duration, read_section_records(self.records(item)), error, cell)
+            counts = ", ".join(f"{entry['counts'][status]} {status}" for status in STATUSES)
+            done = f"FAILED after {entry['seconds']:.1f} s: {counts}; {error}" if error else \
+                f"done in {entry['seconds']:.1f} s: {counts}"
+            print(f"{self.label(item)} {done}", file=self.progress)
+            self.entries.append(entry)
+
+    def pytest_sessionfinish(self, exitstatus: int) -> None:
+        if exitstatus != pytest.ExitCode.INTERRUPTED:
+            card = build_card(self.entries, self.started_at, now())
+            (self.out / "results.json").write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+            (self.out / "results.md").write_text(card_markdown(card), encoding="utf-8")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--nspy-card", type=Path, help="write the results card of this nbmake run into this folder")
+    parser.addoption("--nspy-progress-fd", type=int, help="file descriptor for the progress lines (default: stdout)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("nspy_card"):
+        (config.getoption("nspy_card") / "records").mkdir(parents=True, exist_ok=True)
+        config.pluginmanager.register(Card(config), "nspy-card")
