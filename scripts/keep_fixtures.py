@@ -1,6 +1,9 @@
 """Keep the tables the CPU tests read (tests/fixtures/*.json) from a GPU run of the notebooks.
 
-    python scripts/keep_fixtures.py [--out tests/fixtures] 04 06 07 09 10
+    python scripts/keep_fixtures.py [--out tests/fixtures/run1] 04 06 07 09 10
+
+The tests read two such folders, ``run1`` and ``run2``, kept by two separate GPU runs: a verdict
+a notebook prints must come out the same from both (``tests/notebook_code.fixture``).
 
 Each notebook is executed with nbclient, strict, with ``NSPY_TUTORIAL_KEEP_TABLES=<out>``:
 every table ``ncu_cli.nsight_table`` reads from the ncu command line is kept by it. Tables
@@ -40,7 +43,7 @@ def keep(notebook: Path, out: Path, cell: str | None, timeout: int = 1200) -> No
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("numbers", nargs="+", help="notebook numbers, e.g. 04 09")
-    parser.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures")
+    parser.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / "run1")
     args = parser.parse_args(argv)
     for number in args.numbers:
         (notebook,) = (ROOT / "notebooks").glob(f"{int(number):02d}_*.ipynb")

@@ -69,6 +69,15 @@ def load_table(path: str | Path) -> tuple[dict, pd.DataFrame]:
     return kept["call"], table
 
 
-def fixture(name: str):
-    """(call, table) of ``tests/fixtures/<name>.json``, e.g. ``fixture("07_kernel_fusion--fusion")``."""
-    return load_table(FIXTURES / f"{name}.json")
+RUNS = ("run1", "run2")  # two separate strict GPU runs of the series, kept by scripts/keep_fixtures.py
+
+
+def fixture(name: str, run: str = "run1"):
+    """(call, table) of ``tests/fixtures/<run>/<name>.json``, e.g. ``fixture("07_kernel_fusion--fusion")``.
+
+    ``run`` names one of two separate GPU runs (:data:`RUNS`): a verdict the notebook prints
+    must be the same on both, or the notebook must say the difference is not distinguishable.
+    """
+    if run not in RUNS:
+        raise ValueError(f"fixture(): run must be one of {RUNS}, got {run!r}")
+    return load_table(FIXTURES / run / f"{name}.json")
