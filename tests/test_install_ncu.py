@@ -24,7 +24,7 @@ REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
 # Real tools the script and the fakes may use. sha256sum and timeout are optional extras.
 NEEDED_TOOLS = [
     "bash", "cat", "chmod", "cp", "cut", "dirname", "basename", "grep", "head", "ls",
-    "mkdir", "mktemp", "rm", "sed", "awk", "sort", "tail", "touch", "tr",
+    "mkdir", "mktemp", "rm", "sed", "awk", "sort", "tail", "tee", "touch", "tr",
 ]
 OPTIONAL_TOOLS = ["sha256sum", "timeout"]
 
@@ -42,15 +42,33 @@ echo "uname $*" >> "$FAKE_LOG"
 if [ "$1" = -m ]; then echo "${FAKE_ARCH:-x86_64}"; else echo Linux; fi
 """
 
-# apt-get install X succeeds only for versions listed in FAKE_APT_OK that have a fake package.
+# apt-get install X succeeds only for versions listed in FAKE_APT_OK that have a fake package;
+# apt-get install /path/to/x.deb installs the downloaded file (what the download fallback does);
+# FAKE_APT_LOCKED=1: another process holds the dpkg lock, as apt says it.
 FAKE_APT_GET = r"""
 echo "apt-get $*" >> "$FAKE_LOG"
 echo "Reading package lists... Done"
+if [ "${FAKE_APT_LOCKED:-0}" = 1 ]; then
+  echo "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 4242 (apt-get)" >&2
+  exit 100
+fi
+case "$1" in -o) shift 2 ;; esac
 case "$1" in
   update) exit "${FAKE_APT_UPDATE_RC:-0}" ;;
   install)
     pkg=""
-    for a in "$@"; do case "$a" in nsight-compute-*) pkg=$a ;; esac; done
+    for a in "$@"; do
+      case "$a" in
+        */*.deb)
+          cp "$a" "$FAKE_ROOT/dpkg_i_received.deb"
+          if [ "${FAKE_DPKG_I_FAIL:-0}" = 1 ]; then echo "E: Sub-process /usr/bin/dpkg returned an error code (1)" >&2; exit 100; fi
+          name=$(basename "$a"); pkg=${name%%_*}
+          echo "Unpacking $pkg ..."
+          bash "$FAKE_PKGS/$pkg.install" && touch "$FAKE_PKGS/$pkg.installed"
+          exit $? ;;
+        nsight-compute-*) pkg=$a ;;
+      esac
+    done
     ver=${pkg#nsight-compute-}
     for ok in ${FAKE_APT_OK:-}; do
       if [ "$ok" = "$ver" ] && [ -f "$FAKE_PKGS/$pkg.install" ]; then
@@ -63,6 +81,16 @@ case "$1" in
     exit 100 ;;
 esac
 exit 0
+"""
+
+# apt-cache show PKG: the size of a package apt could install (FAKE_APT_OK).
+FAKE_APT_CACHE = r"""
+echo "apt-cache $*" >> "$FAKE_LOG"
+for a in "$@"; do case "$a" in nsight-compute-*) pkg=$a ;; esac; done
+for ok in ${FAKE_APT_OK:-}; do
+  if [ "nsight-compute-$ok" = "$pkg" ]; then printf 'Package: %s\nSize: 393216000\n' "$pkg"; exit 0; fi
+done
+exit 100
 """
 
 FAKE_DPKG = r"""
@@ -167,7 +195,7 @@ class Sandbox:
                 pytest.skip(f"real tool {tool!r} not found")
             (self.tools / tool).symlink_to(real)
         for name, body in {
-            "id": FAKE_ID, "uname": FAKE_UNAME, "apt-get": FAKE_APT_GET,
+            "id": FAKE_ID, "uname": FAKE_UNAME, "apt-get": FAKE_APT_GET, "apt-cache": FAKE_APT_CACHE,
             "dpkg": FAKE_DPKG, "curl": FAKE_CURL,
         }.items():
             self.fake(name, body)
@@ -363,7 +391,7 @@ def test_old_ncu_on_path_is_not_enough(sb):
     sb.add_package("2026.3.1")
     r = sb.run(FAKE_APT_OK="2026.3.1")
     assert r.returncode == 0, r.stderr
-    assert "apt-get install -y -qq nsight-compute-2026.3.1" in sb.calls("apt-get")
+    assert "apt-get -o DPkg::Lock::Timeout=120 install -y -q nsight-compute-2026.3.1" in sb.calls("apt-get")
     assert last_line(r.stdout) == str(sb.search_root / "2026.3.1")
 
 
@@ -419,9 +447,9 @@ def test_apt_installs_newest_available_version(sb):
     r = sb.run(FAKE_APT_OK="2026.2.1")
     assert r.returncode == 0, r.stderr
     assert sb.calls("apt-get") == [
-        "apt-get update -qq",
-        "apt-get install -y -qq nsight-compute-2026.3.1",
-        "apt-get install -y -qq nsight-compute-2026.2.1",
+        "apt-get -o DPkg::Lock::Timeout=120 update -q",
+        "apt-get -o DPkg::Lock::Timeout=120 install -y -q nsight-compute-2026.3.1",
+        "apt-get -o DPkg::Lock::Timeout=120 install -y -q nsight-compute-2026.2.1",
     ]
     assert "dpkg -L nsight-compute-2026.2.1" in sb.calls("dpkg")
     assert last_line(r.stdout) == str(top)  # the shortest of the listed .../ncu paths
@@ -441,7 +469,7 @@ def test_ncu_versions_env_overrides_and_is_tried_newest_first(sb):
     top = sb.add_package("2026.4.0")
     r = sb.run(NCU_VERSIONS="2026.3.1 2026.4.0", FAKE_APT_OK="2026.4.0 2026.3.1")
     assert r.returncode == 0, r.stderr
-    assert sb.calls("apt-get")[1] == "apt-get install -y -qq nsight-compute-2026.4.0"
+    assert sb.calls("apt-get")[1] == "apt-get -o DPkg::Lock::Timeout=120 install -y -q nsight-compute-2026.4.0"
     assert last_line(r.stdout) == str(top)
 
 
@@ -473,9 +501,9 @@ def test_download_fallback_installs_deb_from_repo_index(sb):
     assert r.returncode == 0, r.stderr
     curl_urls = [c.split()[-1] for c in sb.calls("curl")]
     assert curl_urls == [f"{base}/Packages", f"{base}/{DEB_3}"]
-    dpkg_i = [c for c in sb.calls("dpkg") if c.startswith("dpkg -i ")]
-    assert len(dpkg_i) == 1
-    deb_arg = Path(dpkg_i[0].split(" ", 2)[2])
+    deb_installs = [c for c in sb.calls("apt-get") if c.endswith(".deb")]
+    assert len(deb_installs) == 1 and not any(c.startswith("dpkg -i") for c in sb.calls("dpkg"))
+    deb_arg = Path(deb_installs[0].split()[-1])
     assert deb_arg.name == DEB_3
     assert (sb.root / "dpkg_i_received.deb").read_bytes() == content
     assert last_line(r.stdout) == str(top)
@@ -512,7 +540,7 @@ def test_no_network_exits_5(sb):
     assert r.returncode == 5
     assert "no network" in r.stderr and str(sb.install_log) in r.stderr
     assert r.stdout == ""
-    assert not any(c.startswith("dpkg -i") for c in sb.calls("dpkg"))
+    assert not any(c.endswith(".deb") for c in sb.calls("apt-get"))
     assert list(sb.tmp.iterdir()) == []
 
 
@@ -531,7 +559,7 @@ def test_no_new_enough_package_exits_6(sb):
     assert "no nsight-compute package >= 2026.2.1 found" in r.stderr
     assert r.stdout == ""
     assert len(sb.calls("curl")) == 1  # only the index
-    assert not any(c.startswith("dpkg -i") for c in sb.calls("dpkg"))
+    assert not any(c.endswith(".deb") for c in sb.calls("apt-get"))
 
 
 def test_corrupt_download_is_rejected_exits_6(sb):
@@ -542,11 +570,11 @@ def test_corrupt_download_is_rejected_exits_6(sb):
     r = sb.run()
     assert r.returncode == 6
     assert "corrupt" in r.stderr
-    assert not any(c.startswith("dpkg -i") for c in sb.calls("dpkg"))
+    assert not any(c.endswith(".deb") for c in sb.calls("apt-get"))
     assert list(sb.tmp.iterdir()) == []
 
 
-def test_failed_dpkg_install_is_rolled_back_and_leaves_no_files(sb):
+def test_failed_deb_install_is_rolled_back_and_leaves_no_files(sb):
     sb.add_package("2026.3.1")
     sb.serve_repo("ubuntu2204", "x86_64", {DEB_3: b"deb"})
     r = sb.run(FAKE_DPKG_I_FAIL="1")
@@ -574,7 +602,7 @@ def test_dry_run_changes_nothing(sb):
     r = sb.run("--dry-run", FAKE_APT_OK="2026.3.1")
     assert r.returncode == 0, r.stderr
     assert r.stdout == ""
-    assert "apt-get install -y -qq nsight-compute-2026.3.1" in r.stderr
+    assert "apt-get -o DPkg::Lock::Timeout=120 install -y -q nsight-compute-2026.3.1" in r.stderr
     assert f"{REPO}/ubuntu2204/x86_64/Packages" in r.stderr
     assert sb.calls("apt-get") == [] and sb.calls("dpkg") == [] and sb.calls("curl") == []
     assert not sb.install_log.exists()
@@ -608,7 +636,7 @@ def test_min_version_option_is_honoured(sb):
     r = sb.run("--min-version", "2026.3.1", FAKE_APT_OK="2026.3.1 2026.2.1")
     assert r.returncode == 0, r.stderr
     installs = [c for c in sb.calls("apt-get") if " install " in c]
-    assert installs == ["apt-get install -y -qq nsight-compute-2026.3.1"]
+    assert installs == ["apt-get -o DPkg::Lock::Timeout=120 install -y -q nsight-compute-2026.3.1"]
     assert last_line(r.stdout) == str(top)
 
 
@@ -621,11 +649,53 @@ def test_lower_min_version_accepts_older_ncu(sb):
 
 
 def test_stdout_carries_only_the_directory(sb):
-    # The noisiest path: apt fails (chatty), then download and dpkg -i (chatty too).
+    # The noisiest path: apt fails (chatty), then the download and its apt-get install (chatty too).
     top = sb.add_package("2026.3.1")
     sb.serve_repo("ubuntu2204", "x86_64", {DEB_3: b"deb"})
     r = sb.run()
     assert r.returncode == 0, r.stderr
     assert r.stdout == f"{top}\n"
-    assert "Reading package lists" not in r.stderr  # tool output goes to the log
+    assert "    apt: Reading package lists" in r.stderr  # apt's lines: to stderr, marked, and to the log
     assert "Reading package lists" in sb.install_log.read_text()
+
+
+# ------------------------------------------------------------------ what the reader sees while it works
+
+def test_the_download_size_is_said_before_apt_installs(sb):
+    sb.add_package("2026.3.1")
+    r = sb.run(FAKE_APT_OK="2026.3.1")
+    assert r.returncode == 0, r.stderr
+    said = r.stderr.splitlines()
+    size = next(i for i, line in enumerate(said) if "downloading 375 MB" in line)
+    setting_up = next(i for i, line in enumerate(said) if "apt: Setting up nsight-compute-2026.3.1" in line)
+    assert size < setting_up
+
+
+def test_apt_lines_are_shown_as_they_come_and_kept_in_the_log(sb):
+    sb.add_package("2026.3.1")
+    r = sb.run(FAKE_APT_OK="2026.3.1")
+    assert "    apt: Setting up nsight-compute-2026.3.1 ..." in r.stderr
+    assert "Setting up nsight-compute-2026.3.1 ..." in sb.install_log.read_text()
+
+
+def test_the_download_fallback_says_its_size(sb):
+    sb.add_package("2026.3.1")
+    sb.serve_repo("ubuntu2204", "x86_64", {DEB_3: b"x" * 3_000_000})
+    r = sb.run()
+    assert r.returncode == 0, r.stderr
+    assert f"downloading {REPO}/ubuntu2204/x86_64/{DEB_3} (3 MB; usually a minute or two)" in r.stderr
+
+
+def test_apt_runs_non_interactively_and_waits_for_a_held_lock(sb):
+    sb.add_package("2026.3.1")
+    sb.run(FAKE_APT_OK="2026.3.1")
+    installs = [c for c in sb.calls("apt-get") if " install " in c]
+    assert installs and all("-o DPkg::Lock::Timeout=120" in c and " -y " in c for c in installs)
+
+
+def test_a_held_dpkg_lock_is_reported_as_such_with_exit_8(sb):
+    sb.add_package("2026.3.1")
+    r = sb.run(FAKE_APT_OK="2026.3.1", FAKE_APT_LOCKED="1")
+    assert r.returncode == 8
+    assert "the dpkg lock is held by another process (held by process 4242 (apt-get))" in r.stderr
+    assert r.stdout == ""

@@ -18,7 +18,12 @@
 #   5  no network: NVIDIA's package index could not be fetched (or no curl/wget)
 #   6  no nsight-compute package >= the minimum version could be installed
 #   7  unsupported CPU architecture (only x86_64 and aarch64)
+#   8  the dpkg lock is held by another process (e.g. an automatic update): wait, then run again
 #   1  anything else (an unexpected failure; see the log)
+#
+# What it says while it works: the download size before it starts, then apt's own lines as they
+# come (also kept in the log). apt runs non-interactively, each call under a timeout, waiting up to
+# two minutes for a dpkg lock another process holds.
 #
 # Environment:
 #   NCU_VERSIONS     versions to try, space separated (default "2026.3.1 2026.2.1");
@@ -28,6 +33,7 @@
 #   NCU_REPO_BASE    CUDA repo base URL
 #                    (default https://developer.download.nvidia.com/compute/cuda/repos)
 #   OS_RELEASE_FILE  os-release file naming the distro (default /etc/os-release)
+#   NCU_APT_TIMEOUT  seconds allowed for each apt-get call (default 900)
 
 set -euo pipefail
 
@@ -43,6 +49,7 @@ LOG=${NCU_INSTALL_LOG:-/tmp/nspy_ncu_install.log}
 REPO_BASE=${NCU_REPO_BASE:-https://developer.download.nvidia.com/compute/cuda/repos}
 REPO_BASE=${REPO_BASE%/}
 OS_RELEASE=${OS_RELEASE_FILE:-/etc/os-release}
+APT_TIMEOUT=${NCU_APT_TIMEOUT:-900}
 TMP_DIR=""
 
 usage() {
@@ -69,6 +76,7 @@ Environment:
   NCU_REPO_BASE    CUDA repo base URL
                    (default https://developer.download.nvidia.com/compute/cuda/repos)
   OS_RELEASE_FILE  os-release file naming the distro (default /etc/os-release)
+  NCU_APT_TIMEOUT  seconds allowed for each apt-get call (default 900)
 
 Exit codes:
   0  ok: a new-enough ncu exists (its directory is printed), or --dry-run finished
@@ -78,6 +86,7 @@ Exit codes:
   5  no network: NVIDIA's package index could not be fetched (or no curl/wget)
   6  no nsight-compute package >= the minimum version could be installed
   7  unsupported CPU architecture (only x86_64 and aarch64)
+  8  the dpkg lock is held by another process: wait for it to finish, then run again
   1  anything else (an unexpected failure; see the log)
 EOF
 }
@@ -135,6 +144,30 @@ ncu_version() {  # ncu_version PATH: print the version `PATH --version` reports
     v=${v%%$'\n'*}
     [[ -n $v ]] || return 1
     printf '%s\n' "$v"
+}
+
+apt() {  # apt ARGS...: apt-get, non-interactive, under a timeout; its lines to stderr and the log
+    local status
+    if command -v timeout >/dev/null 2>&1; then
+        set +e
+        timeout "$APT_TIMEOUT" apt-get -o DPkg::Lock::Timeout=120 "$@" 2>&1 | tee -a "$LOG" | sed 's/^/    apt: /' >&2
+        status=${PIPESTATUS[0]}
+        set -e
+    else
+        set +e
+        apt-get -o DPkg::Lock::Timeout=120 "$@" 2>&1 | tee -a "$LOG" | sed 's/^/    apt: /' >&2
+        status=${PIPESTATUS[0]}
+        set -e
+    fi
+    if ((status == 124)); then say "apt-get $1 ran over $APT_TIMEOUT s and was stopped (NCU_APT_TIMEOUT)"; fi
+    if grep -q "Could not get lock" "$LOG" 2>/dev/null; then
+        die 8 "the dpkg lock is held by another process ($(grep -m1 -o 'held by process [0-9]* ([^)]*)' "$LOG" || echo 'see the log')): wait for it to finish (on Colab, an automatic apt run), then run this again; details in $LOG"
+    fi
+    return "$status"
+}
+
+megabytes() {  # megabytes BYTES: "N MB"
+    printf '%s MB' "$(( ($1 + 524288) / 1048576 ))"
 }
 
 # ---------------------------------------------------------------- options
@@ -250,13 +283,13 @@ if ((DRY_RUN)); then
         say "dry run: NCU_VERSIONS ($VERSIONS_RAW) lists no version >= $MIN_VERSION; a real run would exit 6"
         exit 0
     fi
-    say "dry run: would run: apt-get update -qq   (output to $LOG)"
+    say "dry run: would run: apt-get -o DPkg::Lock::Timeout=120 update -q   (its lines shown and kept in $LOG)"
     for v in "${VERSIONS[@]}"; do
-        say "dry run: would run: apt-get install -y -qq nsight-compute-$v   (first success wins)"
+        say "dry run: would run: apt-get -o DPkg::Lock::Timeout=120 install -y -q nsight-compute-$v   (first success wins)"
     done
     if [[ -n $repo_url ]]; then
         say "dry run: if apt fails: would fetch $repo_url/Packages, download the first of" \
-            "${VERSIONS[*]/#/nsight-compute-} listed there and run: dpkg -i <that .deb>"
+            "${VERSIONS[*]/#/nsight-compute-} listed there and run: apt-get install -y ./<that .deb>"
     else
         say "dry run: if apt fails: no download fallback (distro from $OS_RELEASE or architecture unknown)"
     fi
@@ -286,12 +319,19 @@ export DEBIAN_FRONTEND=noninteractive
 installed_pkg=""
 
 # 1. apt, from whatever repositories the system has (Colab carries NVIDIA's CUDA repo).
-say "trying apt-get (output in $LOG)"
-if ! apt-get update -qq >>"$LOG" 2>&1; then
+say "trying apt-get (its lines below, and in $LOG)"
+if ! apt update -q; then
     say "apt-get update failed; trying the package lists already present"
 fi
 for v in "${VERSIONS[@]}"; do
-    if apt-get install -y -qq "nsight-compute-$v" >>"$LOG" 2>&1; then
+    size=""
+    if command -v apt-cache >/dev/null 2>&1; then
+        size=$(apt-cache show --no-all-versions "nsight-compute-$v" 2>/dev/null | sed -n 's/^Size: //p' | head -n 1) || size=""
+    fi
+    if [[ $size =~ ^[0-9]+$ ]]; then
+        say "nsight-compute-$v: downloading $(megabytes "$size"), then unpacking it; this usually takes a minute or two"
+    fi
+    if apt install -y -q "nsight-compute-$v"; then
         installed_pkg="nsight-compute-$v"
         say "installed $installed_pkg with apt-get"
         break
@@ -309,11 +349,11 @@ fetch() {  # fetch URL [FILE]: download URL to FILE (or stdout); output of the t
     fi
 }
 
-index_entry() {  # index_entry INDEX PACKAGE: print "version<TAB>filename<TAB>sha256" of its newest stanza
+index_entry() {  # index_entry INDEX PACKAGE: print "version<TAB>filename<TAB>sha256<TAB>size" of its newest stanza
     awk -v want="$2" '
         BEGIN { RS = ""; FS = "\n" }
         {
-            pkg = ""; ver = ""; file = ""; sha = ""
+            pkg = ""; ver = ""; file = ""; sha = ""; size = ""
             for (i = 1; i <= NF; i++) {
                 line = $i
                 sub(/[ \t\r]+$/, "", line)
@@ -321,8 +361,9 @@ index_entry() {  # index_entry INDEX PACKAGE: print "version<TAB>filename<TAB>sh
                 else if (line ~ /^Version: /) ver = substr(line, 10)
                 else if (line ~ /^Filename: /) file = substr(line, 11)
                 else if (line ~ /^SHA256: /) sha = substr(line, 9)
+                else if (line ~ /^Size: /) size = substr(line, 7)
             }
-            if (pkg == want && file != "") printf "%s\t%s\t%s\n", ver, file, sha
+            if (pkg == want && file != "") printf "%s\t%s\t%s\t%s\n", ver, file, sha, size
         }' "$1" | sort -t $'\t' -k1,1V | tail -n 1
 }
 
@@ -351,7 +392,7 @@ if [[ -z $installed_pkg ]]; then
         entry=$(index_entry "$index" "$pkg")
         [[ -n $entry ]] || continue
         listed=1
-        IFS=$'\t' read -r _ filename sha256 <<<"$entry"
+        IFS=$'\t' read -r _ filename sha256 size <<<"$entry"
         filename=${filename#./}
         deb_name=${filename##*/}
         if [[ -z $deb_name || $filename == /* || $filename == *..* || $deb_name != *.deb ]]; then
@@ -359,7 +400,11 @@ if [[ -z $installed_pkg ]]; then
             continue
         fi
         deb="$TMP_DIR/$deb_name"
-        say "downloading $repo_url/$filename"
+        if [[ $size =~ ^[0-9]+$ ]]; then
+            say "downloading $repo_url/$filename ($(megabytes "$size"); usually a minute or two)"
+        else
+            say "downloading $repo_url/$filename"
+        fi
         printf '== downloading %s/%s\n' "$repo_url" "$filename" >>"$LOG"
         if ! fetch "$repo_url/$filename" "$deb"; then
             say "download of $pkg failed (details in $LOG)"
@@ -378,12 +423,12 @@ if [[ -z $installed_pkg ]]; then
         fi
         was_known=0
         if dpkg -s "$pkg" >/dev/null 2>&1; then was_known=1; fi
-        if dpkg -i "$deb" >>"$LOG" 2>&1; then
+        if apt install -y -q "$deb"; then  # apt-get, not dpkg -i: it installs the .deb's dependencies too
             installed_pkg=$pkg
-            say "installed $pkg with dpkg"
+            say "installed $pkg from the downloaded .deb with apt-get"
             break
         fi
-        say "dpkg -i failed for $pkg (details in $LOG)"
+        say "apt-get install of the downloaded $deb_name failed (details in $LOG)"
         if ((!was_known)); then
             # Leave nothing half-installed behind.
             dpkg -r "$pkg" >>"$LOG" 2>&1 || true
@@ -393,7 +438,7 @@ if [[ -z $installed_pkg ]]; then
 
     if [[ -z $installed_pkg ]]; then
         if ((listed)); then
-            die 6 "no nsight-compute package >= $MIN_VERSION found that installs: download or dpkg -i failed for every listed version (${VERSIONS[*]}); details in $LOG"
+            die 6 "no nsight-compute package >= $MIN_VERSION found that installs: download or install failed for every listed version (${VERSIONS[*]}); details in $LOG"
         fi
         die 6 "no nsight-compute package >= $MIN_VERSION found in apt or in $repo_url/Packages (tried ${VERSIONS[*]}); add NVIDIA's CUDA apt repository or set NCU_VERSIONS to versions it lists; details in $LOG"
     fi
