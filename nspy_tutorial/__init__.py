@@ -15,7 +15,7 @@ import importlib
 from nspy_tutorial.rules import rules
 
 _HOME = {
-    "Environment": ("bootstrap", "Environment"),
+    "Environment": ("environment", "Environment"),
     "setup": ("bootstrap", "setup"),
     "banner": ("display", "banner"),
     "short_kernel_name": ("display", "short_kernel_name"),

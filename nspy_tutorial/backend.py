@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 # nsight-python 1.1 attaches Nsight Compute to the running process; that needs this ncu.
@@ -158,6 +159,46 @@ def preload_cupti(library: CuptiLibrary) -> None:
     uses this one; ``torch.profiler`` torch's). Not measured on the test machine.
     """
     ctypes.CDLL(library.path, mode=ctypes.RTLD_GLOBAL)
+
+
+def pins() -> dict[str, str]:
+    """The exact versions the recorded runs used, from one place: pyproject.toml's ``==`` pins (the
+    dependencies and the ``cupti`` extra), read from the installed package's metadata or the clone."""
+    try:
+        lines = importlib.metadata.requires("nspy-tutorial") or []
+    except importlib.metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        lines = re.findall(r'"([^"]+)"', pyproject.read_text(encoding="utf-8")) if pyproject.exists() else []
+    pinned = (re.match(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==([^;\s]+)", line) for line in lines)
+    return {match[1].lower(): match[2] for match in pinned if match}
+
+
+CUPTI_PACKAGES = ("cupti-python", "nvidia-cuda-cupti", "pyelftools")
+
+
+def cupti_target() -> Path:
+    """Where Colab's CUPTI packages go: beside its own CUDA 12 packages, which stay untouched."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nspy-tutorial" / "cupti"
+
+
+def cupti_install_command() -> list[str]:
+    """pip installs cupti-python and libcupti 13.4 (the pinned versions) into :func:`cupti_target` alone."""
+    versions = pins()
+    wanted = [f"{name}=={versions[name]}" if name in versions else name for name in CUPTI_PACKAGES]
+    return [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cupti_target()), *wanted]
+
+
+def use_cupti_target() -> tuple[CuptiLibrary | None, str | None]:
+    """Put :func:`cupti_target` on this process's path and its children's; (its libcupti, or why not usable)."""
+    folder = str(cupti_target())
+    if not os.path.isdir(os.path.join(folder, "cupti")):
+        return None, f"cupti-python is not installed (looked in {folder})"
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH")) if p)
+        importlib.invalidate_caches()
+    library = find_cupti_library([folder])
+    return library, cupti_problem(library, True)
 
 
 def installer_path() -> Path:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nspy_tutorial.bootstrap import banner_lines
+from nspy_tutorial.environment import banner_lines
 
 # nsight-python names its files <prefix><kind>-<function>-<k>.<ext>, k counting the calls.
 OUTPUT_KINDS = {"profiled_data": "csv", "processed_data": "csv", "ncu-output": "ncu-rep"}

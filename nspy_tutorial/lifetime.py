@@ -87,24 +87,51 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def run(cmd: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, str]:
+def run(cmd: Sequence[str], env: Mapping[str, str], timeout: float, echo: bool = False) -> tuple[int, str]:
     """Run ``cmd`` with ``env``; its exit code and its output (stdout and stderr, interleaved).
 
     Raises ``subprocess.TimeoutExpired`` after ``timeout`` seconds. The output goes to a file,
-    not a pipe (a pipe nobody reads while waiting can fill and block the child).
+    not a pipe (a pipe nobody reads while waiting can fill and block the child). ``echo`` prints
+    its lines as they come, and a line every 30 s of silence: a long install is never mute.
     """
     tag = uuid.uuid4().hex
     env = {**env, TREE_VAR: tag, OWNER_VAR: identity(os.getpid()) or ""}
-    with tempfile.TemporaryFile(mode="w+") as log:
-        process = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+    with tempfile.TemporaryFile(mode="w+b") as log:
+        process = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=env,
                                    preexec_fn=_die_with_parent)
         try:
-            code = process.wait(timeout=timeout)
+            code = _wait_echoing(process, log, timeout) if echo else process.wait(timeout=timeout)
         finally:
             kill_tree(tag, process.pid)
             process.wait()
         log.seek(0)
-        return code, log.read()
+        return code, log.read().decode(errors="replace")
+
+
+def _wait_echoing(process: subprocess.Popen, log, timeout: float) -> int:
+    start = heard = time.monotonic()
+    shown = 0
+    while True:
+        try:
+            code = process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            code = None
+        log.seek(shown)
+        new = log.read()
+        lines = new if code is not None else new[: new.rfind(b"\n") + 1]
+        shown += len(lines)
+        for line in lines.decode(errors="replace").splitlines():
+            print(f"    {line}", flush=True)
+        now = time.monotonic()
+        if code is not None:
+            return code
+        if now - start > timeout:
+            raise subprocess.TimeoutExpired(process.args, timeout)
+        if lines:
+            heard = now
+        elif now - heard >= 30:
+            print(f"    ... still running ({now - start:.0f} s)", flush=True)
+            heard = now
 
 
 def watch_owner(interval: float = 0.5) -> None:

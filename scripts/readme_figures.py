@@ -138,13 +138,14 @@ def pngs(cells: list[nbformat.NotebookNode]) -> list[bytes]:
 
 
 def banner_value(text: str, label: str) -> str | None:
-    """A value of the environment banner (``GPU``, ``backend``, ``ncu``): the text after its label."""
+    """A value of the environment banner (``GPU``, ``backend``, ``ncu CLI``, ``nsight``): the text after its label."""
     match = re.search(rf"^\s*{label} {{2,}}(\S.*)$", text, re.MULTILINE)
     return match.group(1).strip() if match else None
 
 
 def machine(notebook: nbformat.NotebookNode, started_at: str) -> str:
-    """From the banner: "NVIDIA H200 with the CUPTI backend and the ncu 2025.3.1.0 command line, 2026-05-03"."""
+    """From the banner: "NVIDIA H200 with the CUPTI backend and the ncu 2025.3.1.0 command line (nsight-python 1.1.0,
+    cupti-python 13.4.0), 2026-05-03"."""
     printed = "".join(text_of(cell) for cell in notebook.cells)
     gpu = banner_value(printed, "GPU")
     backend = banner_value(printed, "backend")
@@ -153,9 +154,12 @@ def machine(notebook: nbformat.NotebookNode, started_at: str) -> str:
     gpu = "a machine without a GPU" if gpu.startswith("none") else gpu.split("  (")[0]
     name = backend.split(" -- ")[0].strip()
     text = f"{gpu} with {BACKENDS.get(name, f'the {name} backend')}"
-    ncu = (banner_value(printed, "ncu") or "-").split()[0]
-    if name != "ncu" and ncu != "-":
+    ncu = (banner_value(printed, "ncu CLI") or "none").split()[0]
+    if name != "ncu" and ncu not in ("none", "-"):
         text += f" and the ncu {ncu} command line"
+    versions = banner_value(printed, "nsight")
+    if versions:
+        text += f" ({versions})"
     return f"{text}, {started_at[:10]}"
 
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from nspy_tutorial import evidence
-from nspy_tutorial.bootstrap import Environment
+from nspy_tutorial.environment import Environment
 
 
 def no_gpu_environment() -> Environment:

@@ -18,8 +18,8 @@ import pytest
 
 from nspy_tutorial import card
 from nspy_tutorial.backend import NcuInstall
-from nspy_tutorial.bootstrap import Environment, banner_lines
 from nspy_tutorial.display import WIDTH
+from nspy_tutorial.environment import Environment, banner_lines
 from nspy_tutorial.gpu_facts import DeviceFacts, datasheet_for
 from nspy_tutorial.sections import SectionRecord
 
@@ -153,7 +153,8 @@ def test_the_readme_part_is_regenerated_between_its_markers_with_captions_from_t
     part, tail = rest.split(figures.END)
     assert head == README.split(figures.START)[0] and tail == README.split(figures.END)[1]
     assert "(nothing yet)" not in part
-    machine = "NVIDIA H200 with the CUPTI backend and the ncu 2025.3.1.0 command line, 2026-05-03"
+    versions = figures.banner_value(h200_banner("x"), "nsight")  # as installed here: nsight-python ..., cupti-python ...
+    machine = f"NVIDIA H200 with the CUPTI backend and the ncu 2025.3.1.0 command line ({versions}), 2026-05-03"
     assert "![06_roofline · 4. The roofline plot](docs/roofline.png)" in part
     assert "![07_kernel_fusion · 4. Plot: bytes and time per variant](docs/fusion.png)" in part
     assert "![09_cupti_vs_ncu · Plot: durations, difference and cost per tool](docs/cupti-vs-ncu.png)" in part

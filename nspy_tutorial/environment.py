@@ -1,0 +1,198 @@
+"""What ``setup`` found and chose, what each section may run, and the banner that says so.
+
+:class:`Environment` is the ``ENV`` of every notebook. Sections state their precondition with
+:meth:`Environment.require`; a need that is missing ends the section SKIPPED with the reason
+setup found (a probe's real error, the driver, a version) and the remedy that fits it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import platform
+from pathlib import Path
+
+from nspy_tutorial import backend, sections
+from nspy_tutorial.display import banner
+from nspy_tutorial.gpu_facts import Datasheet, DeviceFacts
+from nspy_tutorial.sections import COUNTERS_CODE, COUNTERS_REMEDY, Skip
+
+COLAB_GPU_HINT = "in Colab: Runtime -> Change runtime type -> T4 GPU, then run the notebook again"
+LOCAL_GPU_HINT = ("run on a machine with an NVIDIA GPU and its driver (`nvidia-smi` should list the GPU), "
+                  "or open the notebook in Colab with a T4 runtime")
+NCU_REMEDY = ("install Nsight Compute >= 2026.2.1 next to the old one (as root: `bash scripts/install_ncu.sh`; "
+              "on Colab the setup cell does it), then restart the kernel")
+CUPTI_REMEDY = "pip install 'nspy-tutorial[cupti]' (the README shows how to install it beside torch), then restart"
+DRIVER_REMEDY = {True: "a Colab notebook cannot change the NVIDIA driver: these sections stay skipped on this runtime",
+                 False: "update the NVIDIA driver to one this tool supports (CUDA 13 tools need R580 or newer), "
+                        "then restart the kernel"}
+NEEDS = ("gpu", "profiler", "ncu", "ncu-cli")
+
+
+def gpu_remedy(colab: bool) -> str:
+    """What to do without a GPU, where the reader is: Colab's runtime menu, or a GPU machine."""
+    return COLAB_GPU_HINT if colab else LOCAL_GPU_HINT
+
+
+def remedy(problem: str | None, colab: bool, otherwise: str) -> tuple[str, str | None]:
+    """(what to do, the need to record instead of the section's own) for a tool's ``problem``."""
+    text = problem or ""
+    if COUNTERS_CODE in text:
+        return COUNTERS_REMEDY, "counters"
+    if "driver" in text.lower():
+        return DRIVER_REMEDY[colab], None
+    return otherwise, None
+
+
+@dataclasses.dataclass
+class Environment:
+    """What setup found (GPU, driver, tools) and chose (backend, ncu command line), and why."""
+
+    notebook: str
+    on_colab: bool
+    gpu_name: str | None
+    gpu_problem: str | None  # why there is no usable GPU
+    driver: str | None
+    backend: str | None  # "ncu", "cupti" or None
+    backend_reason: str
+    ncu_problem: str | None  # why nsight-python's Nsight Compute backend is not active
+    cupti_problem: str | None  # why the CUPTI backend is not active (if it is not)
+    ncu_path: str | None  # the ncu command line the fallback sections run: one that passed a probe
+    ncu_version: tuple[int, ...] | None
+    cli_problem: str | None = None  # why there is no such ncu
+    driver_cuda: tuple[int, int] | None = None  # the CUDA version the driver supports (NVML)
+    probes: list[str] = dataclasses.field(default_factory=list)  # one line per probe, for the banner
+    facts: DeviceFacts | None = None
+    datasheet: Datasheet | None = None
+    workdir: Path | None = None  # every file this notebook writes goes here (nspy_tutorial.workdir)
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu_problem is None
+
+    def lacks(self, what: str) -> list[str]:
+        """Every need a section requiring ``what`` lacks here (empty: it can run). Without a GPU an
+        ncu section also lacks "counters" (it reads the GPU's performance counters)."""
+        if what not in NEEDS:
+            raise ValueError(f"require(): unknown need {what!r}; use {', '.join(NEEDS)}")
+        missing = [] if self.has_gpu else ["gpu"]
+        if what in ("profiler", "ncu") and self.backend is None:
+            missing.append("profiler")
+        if what == "ncu" and self.backend != "ncu":
+            missing.append("ncu")
+        if what == "ncu-cli" and self.ncu_path is None:
+            missing.append("ncu-cli")
+        if what in ("ncu", "ncu-cli") and not self.has_gpu:
+            missing.append("counters")
+        return missing
+
+    def _also(self, also: str | tuple[str, ...]) -> list[str]:
+        """The needs in ``also`` (checked later by the section itself): missing too without a GPU."""
+        needs = [also] if isinstance(also, str) else list(also)
+        unknown = [need for need in needs if need not in sections.NEEDS]
+        if unknown:
+            raise ValueError(f"require(): unknown need(s) {unknown} in also=; use {', '.join(sections.NEEDS)}")
+        return [] if self.has_gpu else needs
+
+    def require(self, what: str, also: str | tuple[str, ...] = ()) -> None:
+        """Raise :class:`Skip` unless ``what`` is here: ``"gpu"``, ``"profiler"`` (either backend),
+        ``"ncu"`` (the Nsight Compute backend), ``"ncu-cli"`` (an ncu that works in launch mode).
+        The Skip gives setup's reason and the remedy that fits it, and names every missing need."""
+        missing = self.lacks(what) + self._also(also)
+        if not missing:
+            return
+        first = "gpu" if "gpu" in missing else what
+        if not self.has_gpu:
+            raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab),
+                       needs=(first, *(n for n in missing if n != first)))
+        if what == "profiler":
+            fix, _ = remedy(self.cupti_problem, self.on_colab, CUPTI_REMEDY)
+            raise Skip(f"needs an nsight-python backend; Nsight Compute: {self.ncu_problem}; CUPTI: {self.cupti_problem}",
+                       fix, needs=tuple(missing))
+        problem, otherwise = ((self.ncu_problem, NCU_REMEDY) if what == "ncu" else (self.cli_problem, NCU_REMEDY))
+        fix, need = remedy(problem, self.on_colab, otherwise)
+        needs = (*([need] if need else []), what, *(n for n in missing if n != what))
+        if what == "ncu":
+            raise Skip(f"needs nsight-python's Nsight Compute backend; the active backend is {self.backend or 'none'}"
+                       f" because {problem}", fix, needs=needs)
+        raise Skip(f"needs an ncu command line that works here: {problem}", fix, needs=needs)
+
+    def require_compute_capability(self, minimum: tuple[int, int], feature: str,
+                                   also: str | tuple[str, ...] = ()) -> None:
+        """Raise :class:`Skip` unless the GPU's compute capability is at least ``minimum`` (need ``cc8.0``)."""
+        need = f"cc{minimum[0]}.{minimum[1]}"
+        if not self.has_gpu:
+            raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab), needs=("gpu", need, *self._also(also)))
+        have = self.facts.compute_capability
+        if have < minimum:
+            raise Skip(f"{feature} needs compute capability >= {minimum[0]}.{minimum[1]}; this {self.gpu_name} is "
+                       f"{have[0]}.{have[1]}", "run on an Ampere-or-newer GPU (A100, L4, A10G, H100, ...) to see it",
+                       needs=need)
+
+    def plan(self) -> list[tuple[str, bool, str]]:
+        """(need, met, why) for each need a section can state: what the later notebooks will run here."""
+        rows = []
+        for need, label in (("gpu", "gpu"), ("profiler", "profiler (either backend)"),
+                            ("ncu", "ncu (the Nsight Compute backend)"), ("ncu-cli", "ncu-cli (ncu on a script)")):
+            try:
+                self.require(need)
+                rows.append((label, True, {"gpu": self.gpu_name, "profiler": self.backend, "ncu": "loaded",
+                                           "ncu-cli": self.ncu_path}[need] or ""))
+            except Skip as skip:
+                rows.append((label, False, f"{skip.reason} -> {skip.remedy}"))
+        return rows
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def torch_cuda_text(env: Environment) -> str:
+    """Which CUDA torch was built for, and what that means on this machine."""
+    try:
+        import torch  # after `import nsight` (setup); importing torch does not start CUDA
+    except ImportError:
+        return "not importable"
+    if torch.version.cuda is None:
+        return "a CPU-only build: it cannot use a GPU"
+    if not env.has_gpu:
+        return f"built for CUDA {torch.version.cuda}; unused here: no NVIDIA GPU or driver"
+    return f"CUDA {torch.version.cuda}"
+
+
+def banner_lines(env: Environment) -> list[str]:
+    """The environment banner as lines: the GPU, the driver, the backend and the ncu command line,
+    each with the reason setup found."""
+    lines = []
+    if env.has_gpu and env.facts is not None:
+        f, sheet = env.facts, env.datasheet
+        lines.append(f"GPU          {f.name}  (compute capability {f.compute_capability[0]}.{f.compute_capability[1]}, "
+                     f"{f.sm_count} SMs, L2 {f.l2_mb:.0f} MB, {f.memory_bytes / 2**30:.0f} GiB)")
+        lines.append(f"clocks       max SM {f.max_sm_clock_mhz} MHz, max memory {f.max_mem_clock_mhz} MHz (NVML)")
+        lines.append("datasheet    this GPU is not in the table: peaks unknown, use measured ceilings" if sheet is None
+                     else f"datasheet    {sheet.gpu}: fp32 {sheet.fp32_tflops}, tf32 {sheet.tf32_tflops}, fp16 "
+                          f"{sheet.fp16_tflops}, bf16 {sheet.bf16_tflops} TFLOP/s, {sheet.mem_bandwidth_gbs} GB/s")
+    else:
+        lines += [f"GPU          none -- {env.gpu_problem}", f"             {gpu_remedy(env.on_colab)}"]
+    cuda = f" (supports CUDA {env.driver_cuda[0]}.{env.driver_cuda[1]})" if env.driver_cuda else ""
+    lines.append(f"driver       {env.driver or '-'}{cuda}   torch {_version('torch')} ({torch_cuda_text(env)})")
+    pinned = backend.pins() or dict.fromkeys(("nsight-python", "cupti-python"))
+    lines.append("nsight       " + ", ".join(f"{name} {_version(name)}" for name in pinned))
+    lines.append(f"backend      {env.backend or 'none'} -- {env.backend_reason}")
+    cli = (f"{backend.version_text(env.ncu_version)}  {env.ncu_path}" if env.ncu_path
+           else f"none -- {env.cli_problem or 'no ncu found'}")
+    lines.append(f"ncu CLI      {cli}")
+    lines += [f"  tried      {line}" for line in env.probes]
+    lines.append(f"python       {platform.python_version()}  colab: {env.on_colab}")
+    if env.workdir is not None:
+        lines.append(f"work folder  {env.workdir}  (every file this notebook writes goes here)")
+    return lines
+
+
+def print_banner(env: Environment) -> None:
+    banner(f"Environment  ({env.notebook})")
+    for line in banner_lines(env):
+        print("  " + line)

@@ -1,0 +1,190 @@
+"""Try a profiler in a child process before the notebook's own process commits to it.
+
+Loading nsight-python's Nsight Compute backend, or activating its CUPTI backend, cannot be
+undone in a process, and each can fail on a given machine for reasons no version number
+predicts (an ncu that refuses the driver, counters reserved to administrators, a libcupti
+the driver is too old for, a hang). So each candidate first profiles one tiny kernel in a
+fresh Python (``python -m nspy_tutorial.probe <candidate>``), and only one that returned a
+real row is loaded in the notebook:
+
+* ``ncu``     -- nsight-python's Nsight Compute backend, with the given ncu first on PATH;
+* ``cupti``   -- nsight-python's CUPTI backend, the given libcupti loaded first;
+* ``ncu-cli`` -- an ncu executable in launch mode on the same tiny kernel.
+
+A probe has a timeout (a hang is a failure). Its outcome is kept per machine, keyed by the
+GPU, the driver, the candidate and the tool's path and version, in
+``$XDG_CACHE_HOME/nspy-tutorial/probes.json`` (default ``~/.cache``), so a second setup in
+the same runtime takes seconds; delete the file to probe again. A timeout is not kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nspy_tutorial import lifetime
+
+CANDIDATES = ("ncu", "cupti", "ncu-cli")
+TIMEOUT = 180  # seconds; a probe that takes longer is counted as hung
+MARKER = "NSPY_PROBE "  # the child's one result line: "NSPY_PROBE ok <row>" or "NSPY_PROBE failed <error>"
+CHILD = [sys.executable, "-m", "nspy_tutorial.probe"]  # what a probe runs (the tests put a fake here)
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What one probe found: ``ok`` with the row it read, or the first line of the real error."""
+
+    candidate: str
+    ok: bool
+    detail: str
+    seconds: float
+    cached: bool = False
+
+    def line(self) -> str:
+        how = "kept from an earlier probe on this machine" if self.cached else f"{self.seconds:.1f} s"
+        return f"{'works' if self.ok else 'failed'}: {self.detail} ({how})"
+
+
+def cache_file() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nspy-tutorial" / "probes.json"
+
+
+def _read_cache() -> dict:
+    try:
+        return json.loads(cache_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(key: str, outcome: Outcome) -> None:
+    kept = {**_read_cache(), key: dataclasses.asdict(outcome)}
+    try:
+        cache_file().parent.mkdir(parents=True, exist_ok=True)
+        cache_file().write_text(json.dumps(kept, indent=1), encoding="utf-8")
+    except OSError:  # a read-only home only costs a probe next time
+        pass
+
+
+def first_error(output: str) -> str:
+    """The first line that says what went wrong: ncu's ``==ERROR==``, else the child's own
+    failure line, else the last line it printed."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for prefix in ("==ERROR==", MARKER + "failed "):
+        found = next((line for line in lines if line.startswith(prefix)), None)
+        if found:
+            return found.removeprefix(MARKER + "failed ")[:300]
+    return (lines[-1][:300] if lines else "it printed nothing")
+
+
+def command(candidate: str, tool: str) -> list[str]:
+    """The child's command line: ``tool`` is the ncu (``ncu``, ``ncu-cli``) or the libcupti (``cupti``)."""
+    if candidate == "ncu-cli":
+        return [tool, "--metrics", "gpu__time_duration.sum", "--launch-skip", "1", "--launch-count", "1", "--csv",
+                *CHILD, "kernel"]
+    return [*CHILD, candidate, tool]
+
+
+def environment(candidate: str, tool: str) -> dict[str, str]:
+    """This process's environment for the child, without the profiler variables nsight set here;
+    for ``ncu``, ``tool``'s folder first on PATH (where nsight-python looks) and nsight allowed to load it."""
+    from nspy_tutorial.ncu_cli import INJECTION_VARIABLES
+
+    env = {key: value for key, value in os.environ.items() if key not in INJECTION_VARIABLES}
+    env["NSPY_NCU_INIT_AT_IMPORT"] = "1" if candidate == "ncu" else "0"
+    if candidate == "ncu":
+        env["PATH"] = os.pathsep.join([os.path.dirname(tool), env.get("PATH", "")])
+    return env
+
+
+def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None = None) -> Outcome:
+    """Profile one tiny kernel with ``candidate`` in a child process; ``machine`` keys the kept outcome
+    (GPU and driver; the tool's path and version are added here)."""
+    if candidate not in CANDIDATES:
+        raise ValueError(f"probe: unknown candidate {candidate!r}; use one of {', '.join(CANDIDATES)}")
+    timeout = TIMEOUT if timeout is None else timeout
+    key = json.dumps([machine, candidate, tool, _tool_version(candidate, tool)])
+    kept = _read_cache().get(key)
+    if kept:
+        return Outcome(**{**kept, "cached": True})
+    start = time.perf_counter()
+    try:
+        code, output = lifetime.run(command(candidate, tool), environment(candidate, tool), timeout)
+    except subprocess.TimeoutExpired:
+        return Outcome(candidate, False, f"no answer within {timeout:g} s: the probe hung and was stopped",
+                       round(time.perf_counter() - start, 1))
+    seconds = round(time.perf_counter() - start, 1)
+    if candidate == "ncu-cli":
+        rows = [line for line in output.splitlines() if "gpu__time_duration.sum" in line and "==" not in line]
+        ok = code == 0 and bool(rows)
+        detail = "a kernel's duration, in launch mode" if ok else first_error(output)
+    else:
+        result = [line for line in output.splitlines() if line.startswith(MARKER + "ok ")]
+        ok = code == 0 and bool(result)
+        detail = result[-1].removeprefix(MARKER + "ok ") if ok else first_error(output)
+    outcome = Outcome(candidate, ok, detail, seconds)
+    _write_cache(key, outcome)
+    return outcome
+
+
+def _tool_version(candidate: str, tool: str) -> str:
+    """The file's size and time: an ncu or libcupti replaced in place is probed again."""
+    try:
+        stat = os.stat(tool)
+    except OSError:
+        return "missing"
+    return f"{stat.st_size}:{int(stat.st_mtime)}"
+
+
+def _profile_one_kernel() -> str:
+    """In the child: one ``x + 1`` under nsight-python's active tool; the row's duration."""
+    import nsight
+    import torch
+
+    @nsight.analyze.kernel(runs=1, thermal_mode="off", verbosity=nsight.VerbosityLevel.SILENT)
+    def probe(n: int) -> None:
+        x = torch.ones(n, device="cuda")
+        with nsight.annotate("x + 1"):
+            _ = x + 1
+
+    row = probe(1 << 16).to_dataframe().iloc[0]
+    if not row["AvgValue"] > 0:
+        raise RuntimeError(f"the row holds no duration: {row.to_dict()}")
+    return f"{row['Annotation']}: {row['AvgValue'] / 1e3:.1f} us under {nsight.get_active_tool().name}"
+
+
+def child(argv: list[str]) -> int:
+    """``python -m nspy_tutorial.probe ncu <ncu> | cupti <libcupti> | kernel``."""
+    lifetime.watch_owner()
+    try:
+        if argv[0] == "kernel":  # what ncu launches for the ncu-cli probe: two tiny kernels
+            import torch
+
+            x = torch.ones(1 << 16, device="cuda")
+            torch.cuda.synchronize(_ := x + 1)
+            return 0
+        if argv[0] == "cupti":
+            import ctypes
+
+            ctypes.CDLL(argv[1], mode=ctypes.RTLD_GLOBAL)  # before torch loads its own libcupti
+        import nsight
+        from nsight.collection import ncu
+
+        if argv[0] == "ncu" and nsight.get_active_tool() != nsight.Tool.NCU:
+            raise RuntimeError(str(ncu.injection_load_error or "import nsight did not load Nsight Compute"))
+        if argv[0] == "cupti":
+            nsight.activate(nsight.Tool.CUPTI)
+        print(MARKER + "ok " + _profile_one_kernel(), flush=True)
+        return 0
+    except Exception as exc:  # the probe's whole point: report the real error, in one line
+        text = (str(exc).strip().splitlines() or [""])[0]
+        print(f"{MARKER}failed {type(exc).__name__}: {text}", flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(child(sys.argv[1:]))
