@@ -58,8 +58,3 @@ def enter(notebook: str) -> Path:
     tempfile.tempdir = str(tmp)
     os.environ["TMPDIR"] = str(tmp)  # child processes (ncu, Python scripts) too
     return path
-
-
-def reset() -> None:
-    """Forget the root (for tests)."""
-    _ROOT.clear()

@@ -25,6 +25,4 @@ def _own_work_folder(tmp_path, monkeypatch):
     if not os.environ["TMPDIR"]:
         monkeypatch.delenv("TMPDIR")
     monkeypatch.chdir(os.getcwd())
-    workdir.reset()
-    yield
-    workdir.reset()
+    monkeypatch.setattr(workdir, "_ROOT", {})  # the root is fixed at first use: each test finds its own

@@ -34,10 +34,9 @@ def clean_guard(monkeypatch: pytest.MonkeyPatch):
     for name in ("NSPY_TUTORIAL_STRICT", "NSPY_TUTORIAL_RESULTS", "NSPY_TUTORIAL_REQUIRE"):
         monkeypatch.delenv(name, raising=False)
     old_name = sections._NOTEBOOK["name"]
-    sections.reset()
+    monkeypatch.setattr(sections, "_RECORDS", {})
     sections.set_notebook("99_test")
     yield
-    sections.reset()
     sections.set_notebook(old_name)
 
 
@@ -362,13 +361,6 @@ def test_rerunning_a_section_with_the_same_name_replaces_its_record():
         ("1. First", OK, "fixed"),
         ("2. Second", OK, "second"),
     ]
-
-
-def test_reset_forgets_all_records():
-    with section("1. Works") as s:
-        s.result = "done"
-    sections.reset()
-    assert sections.records() == []
 
 
 # --------------------------------------------------------------------------
