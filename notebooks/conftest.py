@@ -23,8 +23,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nspy_tutorial.bootstrap import gpu_remedy, on_colab, probe_gpu
+from nspy_tutorial.bootstrap import on_colab, probe_gpu
 from nspy_tutorial.card import read_section_records
+from nspy_tutorial.environment import gpu_remedy
 from nspy_tutorial.sections import RESULTS_VAR, required
 
 os.environ.setdefault("NSPY_TUTORIAL_STRICT", "1")
@@ -93,5 +94,5 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     if item.path.suffix == ".ipynb":
         os.environ.pop(RESULTS_VAR, None)
-        found = problems(item.path, read_section_records(records_file(item)), probe_gpu()[2])
+        found = problems(item.path, read_section_records(records_file(item)), probe_gpu().problem)
         assert not found, f"{item.path.name}: " + "; ".join(found)

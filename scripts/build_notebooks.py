@@ -33,9 +33,6 @@ BADGE = (
 )
 SETUP = '''\
 # Setup -- run this cell first. {comment}
-# On Colab every notebook runs in a fresh runtime of its own: this cell installs what this one needs
-# (the helpers with the pinned nsight-python; Nsight Compute or CUPTI when they are missing) and says
-# so. Run again in the same runtime, it skips what is already there.
 import importlib.util
 import subprocess
 import sys
@@ -52,9 +49,9 @@ ENV = nt.setup("{stem}"{args})'''
 # looks and leaves installing, the libcupti preload and `import nsight` to its own cells.
 # (Both tokens are valid Python, so linters can read the sources.)
 SETUP_KINDS = {
-    "{{SETUP}}": ("It must come before anything that touches the GPU:\n"
-         "# `import nsight` (done inside setup) has to load Nsight Compute before CUDA starts. Setup first\n"
-         "# tries each profiler backend in a child process and loads only one that works here.", ""),
+    "{{SETUP}}": ("Before anything touches the GPU: `import nsight` (in setup) loads\n"
+         "# Nsight Compute before CUDA starts. On Colab each notebook is a fresh runtime: this cell installs what it needs.",
+                  ""),
     "{{SETUP_MANUAL}}": ("In this notebook it only looks: GPU (through NVML,\n"
                "# which does not start CUDA) and the ncu installs. The cells below do the rest in the open.",
                ', steps="manual"'),

@@ -1,10 +1,10 @@
 """Notebook 01's own functions and its child programs, on a CPU.
 
-* Section 8 reads what a fresh ``import nsight`` did from the child's last line; a child that
+* Section 10 reads what a fresh ``import nsight`` did from the child's last line; a child that
   crashed must read as a failure, so the claims cannot pass on empty output (issue 14.7).
-* Section 6 says which libcupti torch will load from ``torch.version.cuda``, read without
+* Section 8 says which libcupti torch will load from ``torch.version.cuda``, read without
   importing torch: checked with fake CUDA 12 and CUDA 13 torches (issue 14.3).
-* Section 4's line says where the ncu came from, also when there is none (issue 15.4).
+* Section 5's line says where the ncu came from, also when there is none (issue 15.4).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_a_crashed_or_garbled_child_reads_as_no_answer(nb):
 
 
 @pytest.mark.parametrize("value", ["0", "1"])
-def test_the_import_child_prints_the_line_section_8_expects(nb, tmp_path, value):
+def test_the_import_child_prints_the_line_section_10_expects(nb, tmp_path, value):
     module = import_module(STEM, "import_order", tmp_path)
     env = {**ncu_cli.child_environment(), "NSPY_NCU_INIT_AT_IMPORT": value}
     child = subprocess.run([sys.executable, module.__file__, "import-nsight"], env=env, capture_output=True,
@@ -74,7 +74,7 @@ def test_what_torchs_cuda_version_means_for_the_preload(nb):
     assert "no libcupti" in nb.torch_libcupti(None)
 
 
-def test_section_4_says_where_ncu_came_from_in_each_case(nb):
+def test_section_5_says_where_ncu_came_from_in_each_case(nb):
     assert nb.where_ncu_came_from({}, [], []) == "no nsight-compute-* package installed; no ncu on this machine"
     assert nb.where_ncu_came_from({}, [], ["/usr/local/cuda/bin/ncu"]) == (
         "no nsight-compute-* package installed; /usr/local/cuda/bin/ncu came another way (e.g. the CUDA toolkit)")
