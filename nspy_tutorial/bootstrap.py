@@ -23,7 +23,6 @@ the Nsight Compute backend.
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import os
 import subprocess
 import sys
@@ -53,19 +52,11 @@ class Gpu:
     problem: str | None  # why there is no usable GPU
 
     def key(self) -> str:
-        """What a probe's kept outcome depends on besides the tool: GPU, driver, nsight-python."""
-        return f"{self.name}|{self.driver}|nsight-python {_version('nsight-python')}"
+        return probe.machine_key(self.name, self.driver)
 
 
 _ENV: Environment | None = None
 _PENDING: tuple[Environment, Gpu] | None = None  # setup(steps="manual") before setup.finish()
-
-
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def on_colab() -> bool:
@@ -322,7 +313,9 @@ def finish(tried: list[probe.Outcome] = ()) -> Environment:
     active = nsight.get_active_tool()
     env.backend = "ncu" if active == nsight.Tool.NCU else "cupti" if active == nsight.Tool.CUPTI else None
     error = nsight_ncu.injection_load_error
-    env.ncu_problem = None if env.backend == "ncu" else failed.get("ncu") or (
+    installs = backend.find_ncu_installs()
+    _, not_tried = ncu_backend_candidate(gpu, installs, backend_choice() == "cupti")
+    env.ncu_problem = None if env.backend == "ncu" else failed.get("ncu") or not_tried or (
         first_line(str(error)) if error else "not loaded: NSPY_NCU_INIT_AT_IMPORT=0 at `import nsight`")
     env.cupti_problem = None if env.backend == "cupti" else failed.get("cupti") or "not activated"
     if not env.has_gpu:
@@ -330,7 +323,7 @@ def finish(tried: list[probe.Outcome] = ()) -> Environment:
         return _complete(env)
     env.backend_reason = (f"{active.name} active" if active else "no tool active") + \
         (f"; Nsight Compute backend {env.ncu_problem}" if env.backend != "ncu" else "")
-    cli, env.cli_problem, lines = choose_cli(gpu, backend.find_ncu_installs())
+    cli, env.cli_problem, lines = choose_cli(gpu, installs)
     env.probes += lines
     env.ncu_path, env.ncu_version = (cli.path, cli.version) if cli else (None, None)
     return _complete(env)

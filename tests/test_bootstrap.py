@@ -417,3 +417,16 @@ def test_finish_without_gpu_gives_no_backend_and_the_remedy_for_where_the_reader
     env = bootstrap.setup.finish()
     assert env.backend is None and env.cupti_problem == "no GPU" and env.facts is None
     assert environment.gpu_remedy(env.on_colab) in capsys.readouterr().out
+
+
+def test_finish_says_why_nsight_compute_was_not_tried_when_no_ncu_is_new_enough(monkeypatch):
+    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: T4)
+    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [OLD_NCU])
+    monkeypatch.setattr(bootstrap, "choose_cli", lambda gpu, installs: (OLD_NCU, None, []))
+    bootstrap.setup("01_install_ncu", steps="manual")
+    use_nsight(monkeypatch, "cupti")
+    monkeypatch.setattr(bootstrap, "device_facts", lambda: facts())
+    env = bootstrap.setup.finish([probe.Outcome("cupti", True, "x + 1: 1.0 us under CUPTI", 6.0)])
+    assert env.ncu_problem == (f"not tried: the newest ncu here, {OLD_NCU.path}, is 2025.3.1.0; nsight-python needs "
+                               "2026.2.1.0 or newer")
+    assert env.ncu_problem in env.backend_reason
