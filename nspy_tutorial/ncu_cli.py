@@ -1,27 +1,12 @@
-"""The plain ncu command line, for when nsight-python's Nsight Compute backend can't load.
+"""The ncu command line, for where nsight-python's Nsight Compute backend does not work.
 
-nsight-python 1.1 attaches Nsight Compute to the running notebook and needs ncu 2026.2.1+.
-An older ncu still profiles a *separate* Python process in launch mode. The pieces:
-
-* :func:`run` -- run an ncu command in the foreground (the profiler-injection variables of
-  *this* process removed, :func:`child_environment`); the whole tree it starts ends with the
-  call, also when the cell is interrupted (:mod:`nspy_tutorial.lifetime`);
-* :func:`command_text` -- a command as one copy-pasteable line;
-* :func:`to_base_units` -- a value in ncu's printed unit (``usecond``, ``Gbyte/s``) in SI units;
-* :func:`nsight_table` -- run a notebook's kernels module under ncu the way nsight-python
-  runs a decorated function, and return nsight-python's own ``to_dataframe()`` table
-  (:func:`read_nsight_table` reads the report; :func:`replay` is what the module's
-  ``if __name__ == "__main__":`` block calls).
-
-``nsight_table`` is how a machine without the Nsight Compute backend still hands a notebook
-the same table that backend gives: ncu in launch mode records the kernels inside
-nsight-python's NVTX ranges, and nsight-python's own ``extraction.extract_df_from_report``
-and ``transformation.aggregate_data`` turn the report into the table. Those two functions
-are not public API; :data:`NSIGHT_TESTED` is the range of nsight-python versions this is
-tested with, and another version is refused with a clear error.
-
-With ``NSPY_TUTORIAL_KEEP_TABLES=<folder>`` every table ``nsight_table`` reads is also saved
-there (:func:`keep_table`): that is how the CPU tests' fixtures are made on a GPU machine.
+An ncu of any version still profiles a *separate* Python in launch mode. :func:`nsight_table`
+runs a notebook's kernels module that way -- its ``__main__`` calls :func:`replay`, which runs a
+function as nsight-python runs a decorated one, inside nsight-python's NVTX ranges -- and reads
+the report with nsight-python's own extraction and aggregation, so the notebook gets the very
+table the backend returns: one analysis path, whichever tool measured. Those two functions are
+not public API: :data:`NSIGHT_TESTED` is the nsight-python range this is tested with.
+``NSPY_TUTORIAL_KEEP_TABLES=<folder>`` also saves each table (:func:`keep_table`): the tests' fixtures.
 """
 
 from __future__ import annotations
@@ -40,14 +25,15 @@ import pandas as pd
 from nspy_tutorial import lifetime
 from nspy_tutorial.sections import COUNTERS_CODE, COUNTERS_REMEDY
 
-# Set by nsight-python's Nsight Compute or CUPTI activation in *this* process; a child
-# profiled by its own ncu must not inherit them.
-INJECTION_VARIABLES = (
-    "NVTX_INJECTION64_PATH",
-    "NV_COMPUTE_PROFILER_PERFWORKS_DIR",
-    "NV_COMPUTE_PROFILER_IN_PROCESS",
-)
+# Set by nsight-python's Nsight Compute or CUPTI activation in this process; a child must not inherit them.
+INJECTION_VARIABLES = ("NVTX_INJECTION64_PATH", "NV_COMPUTE_PROFILER_PERFWORKS_DIR", "NV_COMPUTE_PROFILER_IN_PROCESS")
 KEEP_VAR = "NSPY_TUTORIAL_KEEP_TABLES"
+NSIGHT_DOMAIN = "nsight-python"  # nsight.annotate opens its ranges in this NVTX domain
+NSIGHT_TESTED = ((1, 1), (1, 2))  # nsight-python >= 1.1, < 1.2: extraction/transformation as read here
+DEFAULTS = {"runs": 10, "metrics": ("gpu__time_duration.sum",), "cache_control": "all", "clock_control": "none",
+            "replay_mode": "kernel", "thermal_mode": "off"}  # nsight.analyze.kernel's own defaults
+KNOWN = {*DEFAULTS, "configs", "combine_kernel_metrics", "derive_metric", "normalize_against", "ignore_kernel_list",
+         "report", "verbosity"}  # verbosity: accepted so one settings dict serves both paths
 
 
 class NcuCliError(RuntimeError):
@@ -59,40 +45,28 @@ class CountersNotPermitted(NcuCliError):
 
 
 def child_environment() -> dict[str, str]:
-    """This process's environment without the profiler-injection variables.
-
-    ``NSPY_NCU_INIT_AT_IMPORT=0``: a child that imports nsight (for ``nsight.annotate``)
-    must not try to attach Nsight Compute to itself; the ncu that launched it profiles it.
-    """
+    """This environment without the injection variables; ``NSPY_NCU_INIT_AT_IMPORT=0``: a child that imports
+    nsight (for ``nsight.annotate``) must not attach Nsight Compute to itself -- its ncu profiles it."""
     env = {k: v for k, v in os.environ.items() if k not in INJECTION_VARIABLES}
     env["NSPY_NCU_INIT_AT_IMPORT"] = "0"
     return env
 
 
 def command_text(cmd: Sequence[str]) -> str:
-    """``cmd`` as one shell line, quoted so that it can be pasted into a terminal."""
+    """``cmd`` as one shell line that can be pasted into a terminal."""
     return shlex.join(cmd)
 
 
-def release_gpu_cache() -> None:
-    """Give this process's cached, unused GPU memory back before a child allocates its own copy.
+def run(cmd: Sequence[str], timeout: int = 600) -> str:
+    """Run an ncu command in the foreground (its whole tree ends with the call); its output.
 
-    PyTorch keeps freed blocks cached; a child profiled by ncu needs the same memory again,
-    so on a small GPU (a T4's 15 GB) the two together can run out.
+    First gives back torch's cached GPU memory, which the child needs again (a T4 has 15 GB).
+    :class:`CountersNotPermitted` when ncu says the counters are reserved (even with exit 0),
+    :class:`NcuCliError` with ncu's last lines when it fails or runs too long.
     """
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
-
-
-def run(cmd: Sequence[str], timeout: int = 600) -> str:
-    """Run an ncu command in a clean child environment and wait for it; return its output.
-
-    Raises :class:`CountersNotPermitted` when ncu says the counters are reserved to
-    administrators (whatever its exit code: ncu may still exit 0 after refusing every kernel),
-    and :class:`NcuCliError` with ncu's last lines when it exits non-zero or runs too long.
-    """
-    release_gpu_cache()
     try:
         code, output = lifetime.run(cmd, child_environment(), timeout)
     except subprocess.TimeoutExpired:
@@ -101,60 +75,44 @@ def run(cmd: Sequence[str], timeout: int = 600) -> str:
         line = next(line for line in output.splitlines() if COUNTERS_CODE in line)
         raise CountersNotPermitted(f"{line.strip()} -- what to do: {COUNTERS_REMEDY}")
     if code != 0:
-        tail = "\n".join(output.strip().splitlines()[-6:])
-        raise NcuCliError(f"ncu exited {code}:\n{tail}")
+        raise NcuCliError(f"ncu exited {code}:\n" + "\n".join(output.strip().splitlines()[-6:]))
     return output
 
 
-# ncu prints each metric in a scaled unit of its own choosing: "nsecond", "usecond", "Mbyte",
-# "Gbyte/s", "Tbyte/second", "cycle/nsecond", "Mhz", "%". Prefixes are SI (decimal).
+# ncu prints each value in a scaled unit of its choosing ("usecond", "Gbyte/s", "cycle/nsecond", "Mhz", "%").
 _PREFIX = {"": 1.0, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _BASES = ("second", "byte", "cycle", "hz", "s")  # longest first: "nsecond" is n + second, "ns" is n + s
 
 
 def _unit_factor(part: str, whole: str) -> float:
     for base in _BASES:
-        if part.lower().endswith(base):
-            prefix = part[: len(part) - len(base)]
-            if prefix in _PREFIX:
-                return _PREFIX[prefix]
+        if part.lower().endswith(base) and part[: len(part) - len(base)] in _PREFIX:
+            return _PREFIX[part[: len(part) - len(base)]]
     raise ValueError(f"unexpected unit {whole!r} from ncu (known: [n|u|m|K|M|G|T] + second/s, byte, cycle, hz, "
                      "optionally per second)")
 
 
 def to_base_units(value: float, unit: str) -> float:
-    """``value`` printed by ncu in ``unit``, converted to SI base units.
-
-    Durations become seconds, sizes bytes, rates bytes (or cycles) per second, frequencies
-    Hz; ``%`` and unit-less values are returned unchanged. An unknown unit is an error,
-    so a scaled value is never read as if it were in base units.
-    """
+    """``value`` printed by ncu in ``unit`` in SI base units (s, byte, byte/s, Hz); ``%`` and no unit unchanged.
+    An unknown unit is an error, so a scaled value is never read as if it were in base units."""
     unit = (unit or "").strip()
     if unit in ("", "%"):
         return value
     numerator, _, denominator = unit.partition("/")
-    factor = _unit_factor(numerator, unit)
-    if denominator:
-        factor /= _unit_factor(denominator, unit)
+    factor = _unit_factor(numerator, unit) / (_unit_factor(denominator, unit) if denominator else 1.0)
     return value * factor
-
-
-NSIGHT_DOMAIN = "nsight-python"  # nsight.annotate opens its ranges in this NVTX domain
-NSIGHT_TESTED = ((1, 1), (1, 2))  # nsight-python >= 1.1, < 1.2: extraction/transformation as read here
-NSIGHT_SETTINGS_IGNORED = ("verbosity",)  # accepted so one settings dict serves both paths
 
 
 def check_nsight_version(version: str | None = None) -> str:
     """The installed nsight-python version, or :class:`NcuCliError` if it is outside :data:`NSIGHT_TESTED`."""
     version = version or importlib.metadata.version("nsight-python")
     found = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
-    low, high = NSIGHT_TESTED
+    (low, high) = NSIGHT_TESTED
     if not low <= found < high:
-        raise NcuCliError(
-            f"nsight_table reads ncu reports with nsight-python's extraction.extract_df_from_report and "
-            f"transformation.aggregate_data, which are not public API; it is tested with nsight-python "
-            f"{low[0]}.{low[1]}.x and this is {version}: install 'nsight-python>={low[0]}.{low[1]},<{high[0]}.{high[1]}'"
-        )
+        raise NcuCliError(f"nsight_table reads ncu reports with nsight-python's extraction.extract_df_from_report and "
+                          f"transformation.aggregate_data, which are not public API; it is tested with nsight-python "
+                          f"{low[0]}.{low[1]}.x and this is {version}: install "
+                          f"'nsight-python>={low[0]}.{low[1]},<{high[0]}.{high[1]}'")
     return version
 
 
@@ -166,8 +124,8 @@ def as_tuples(configs: Sequence) -> list[tuple]:
 def nsight_command(ncu: str, script: str, function: str, configs: Sequence, runs: int, metrics: Sequence[str],
                    report: str, cache_control: str = "all", clock_control: str = "none",
                    replay_mode: str = "kernel") -> list[str]:
-    """The launch-mode command that records what nsight-python's backend would: the kernels
-    inside its NVTX ranges, ``metrics``, under the given cache, clock and replay rules."""
+    """The launch-mode command that records what nsight-python's backend would: the kernels in its NVTX
+    ranges, ``metrics``, under the given cache, clock and replay rules."""
     arguments = [function, json.dumps([list(config) for config in as_tuples(configs)]), str(runs)]
     return [ncu, "--nvtx", "--nvtx-include", f"regex:{NSIGHT_DOMAIN}@.+", "--cache-control", cache_control,
             "--clock-control", clock_control, "--replay-mode", replay_mode, "--metrics", ",".join(metrics),
@@ -177,14 +135,8 @@ def nsight_command(ncu: str, script: str, function: str, configs: Sequence, runs
 def read_nsight_table(report: str, func, configs: Sequence, runs: int, metrics: Sequence[str], *,
                       combine_kernel_metrics=None, derive_metric=None, normalize_against: str | None = None,
                       ignore_kernel_list: Sequence[str] | None = None) -> pd.DataFrame:
-    """nsight-python's ``to_dataframe()`` table from an ncu report of :func:`replay`'s runs.
-
-    The two calls nsight-python's Nsight Compute backend makes after profiling, with the same
-    arguments: ``extract_df_from_report`` (one row per run, annotation and metric, kernels of a
-    run combined by ``combine_kernel_metrics``) and ``aggregate_data`` (mean, spread, CI per
-    configuration). Errors are nsight-python's own, e.g. several kernels in an annotation
-    without ``combine_kernel_metrics``.
-    """
+    """nsight-python's ``to_dataframe()`` table from a report of :func:`replay`'s runs: the two calls its
+    backend makes after profiling, with the same arguments (its errors are its own)."""
     check_nsight_version()
     from nsight import extraction, transformation
     from nsight.utils import VerbosityLevel
@@ -197,24 +149,12 @@ def read_nsight_table(report: str, func, configs: Sequence, runs: int, metrics: 
     return transformation.aggregate_data(raw, func, normalize_against, VerbosityLevel.SILENT)
 
 
-DEFAULTS = {"runs": 10, "metrics": ("gpu__time_duration.sum",), "cache_control": "all", "clock_control": "none",
-            "replay_mode": "kernel", "thermal_mode": "off"}  # nsight.analyze.kernel's own defaults
-KNOWN = {*DEFAULTS, "configs", "combine_kernel_metrics", "derive_metric", "normalize_against", "ignore_kernel_list",
-         "report", *NSIGHT_SETTINGS_IGNORED}
-
-
 def nsight_table(script: str, func, *, ncu: str, timeout: int = 600, **settings) -> pd.DataFrame:
-    """Profile ``func`` from ``script`` with the ncu command line; return nsight-python's table.
+    """Profile ``func`` of the kernels module ``script`` with the ncu command line; nsight-python's table.
 
-    ``script`` is the kernels module that defines ``func`` and ends with
-    ``if __name__ == "__main__": ncu_cli.replay(globals())``. The keyword arguments are
-    ``nsight.analyze.kernel``'s (``configs``, ``runs``, ``metrics``, ``cache_control``,
-    ``clock_control``, ``replay_mode``, ``combine_kernel_metrics``, ``derive_metric``,
-    ``normalize_against``, ``ignore_kernel_list``, ``thermal_mode="off"``), with its defaults
-    (``cache_control="all"``, ``clock_control="none"``), so one settings dict serves both paths.
-    The command is printed, then run in the foreground. The report is written to ``report``
-    (default ``<function>.ncu-rep`` in the working directory) and read back by
-    :func:`read_nsight_table`.
+    The keyword arguments are ``nsight.analyze.kernel``'s, with its defaults, so one settings dict
+    serves both paths. The command is printed, then run in the foreground; the report goes to
+    ``report`` (default ``<function>.ncu-rep``).
     """
     s = {**DEFAULTS, **settings}
     unknown = sorted(set(s) - KNOWN)
@@ -242,12 +182,8 @@ def nsight_table(script: str, func, *, ncu: str, timeout: int = 600, **settings)
 
 def keep_table(table: pd.DataFrame, func, configs: Sequence, runs: int, metrics: Sequence[str],
                name: str | None = None) -> str | None:
-    """With ``NSPY_TUTORIAL_KEEP_TABLES=<folder>``, save ``table`` there as JSON, with the call.
-
-    nsight-python's own table, saved with its column types so that the tests read back the
-    same DataFrame on a CPU (the reports themselves are about 1 MB a kernel). The file is
-    ``<work folder name>--<name>.json`` (``name`` default: the function's); returns its path.
-    """
+    """With ``NSPY_TUTORIAL_KEEP_TABLES=<folder>``, save ``table`` there as JSON with its column types and
+    the call, as ``<work folder name>--<name>.json``; its path (None without the variable)."""
     folder = os.environ.get(KEEP_VAR)
     if not folder:
         return None
@@ -264,14 +200,9 @@ def keep_table(table: pd.DataFrame, func, configs: Sequence, runs: int, metrics:
 
 
 def replay(namespace: dict, argv: Sequence[str] | None = None) -> None:
-    """Run a kernels module's function as nsight-python runs a decorated one; for its ``__main__``.
-
-    ``argv`` (default ``sys.argv[1:]``) is ``<function> <configs as JSON> <runs>``, as
-    :func:`nsight_command` writes it. Every config, then every run of it, in that order;
-    before each run the annotation state is cleared, as nsight-python does, so each run may
-    enter the same ``nsight.annotate`` names again. Started by :func:`run`, the process exits
-    as soon as the notebook's is gone (:func:`nspy_tutorial.lifetime.watch_owner`).
-    """
+    """A kernels module's ``__main__``: ``<function> <configs as JSON> <runs>``, run as nsight-python runs a
+    decorated function -- every config, then every run, the annotation state cleared before each run. Started
+    by :func:`run`, it exits as soon as the notebook's process is gone (:func:`lifetime.watch_owner`)."""
     lifetime.watch_owner()
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 3:
