@@ -1,23 +1,16 @@
-"""The one call in every notebook's first code cell: ``ENV = setup("NN_topic")``.
+"""The one call in every notebook's first code cell: ``ENV = setup("NN_topic")``. Order matters:
 
-Order matters, so it is all here:
+1. refuse if CUDA is already initialised (Nsight Compute could no longer attach);
+2. the GPU, its driver and the CUDA version the driver supports, from NVML (no CUDA started);
+3. the ncu installs; on Colab, a new-enough one installed first unless the driver rules it out;
+4. each backend tried in a child process (:mod:`nspy_tutorial.probe`), best first: the Nsight Compute
+   backend with the newest ncu >= 2026.2.1, then CUPTI (on Colab installed first); the ncu command
+   line is the newest ncu that profiles a kernel in launch mode;
+5. only the backend that worked is loaded here (``import nsight``; for CUPTI the libcupti preload and
+   ``nsight.activate``); 6. only then CUDA starts (the device's facts), and one banner is printed.
 
-1. Refuse if CUDA is already initialised (then Nsight Compute could not attach).
-2. The GPU and its driver through NVML (which does not start CUDA), with the CUDA version the
-   driver supports: CUPTI 13.4 needs a CUDA 13 driver (R580 or newer).
-3. The ncu installs; on Colab, install a new-enough one first (a few hundred MB, said before).
-4. Try each backend in a child process, best first (:mod:`nspy_tutorial.probe`): the Nsight
-   Compute backend with the newest ncu >= 2026.2.1, then CUPTI (on Colab its packages are
-   installed first, beside Colab's own). The first that profiles a kernel is chosen; the
-   ncu command line is the newest ncu that profiles one in launch mode.
-5. Load only the chosen backend here: ``import nsight`` (Nsight Compute attaches at import),
-   or the libcupti preload, ``import nsight`` and ``nsight.activate(nsight.Tool.CUPTI)``.
-6. Only then touch CUDA (torch) to read the device's facts, and print one banner.
-
-Calling ``setup`` again in the same kernel reprints the banner. Notebook 01 takes these steps
-as cells: ``setup("01_install_ncu", steps="manual")`` only looks (GPU, ncu installs), and
-``setup.finish(tried)`` records what the cells did. ``NSPY_TUTORIAL_BACKEND=cupti`` skips
-the Nsight Compute backend.
+Notebook 01 takes these steps as cells: ``setup(..., steps="manual")`` only looks, ``setup.finish(tried)``
+records what the cells did.
 """
 
 from __future__ import annotations
@@ -169,42 +162,41 @@ def cupti_candidate(gpu: Gpu, colab: bool) -> tuple[backend.CuptiLibrary | None,
     return (None, problem) if problem else (library, None)
 
 
-def try_backends(gpu: Gpu, installs: list[backend.NcuInstall], colab: bool,
-                 forced_cupti: bool) -> tuple[str | None, str, str | None, str | None, list[str], object]:
-    """Step 4: (backend, reason, ncu problem, cupti problem, probe lines, what to load: ncu or libcupti)."""
-    lines = []
-    ncu, ncu_problem = ncu_backend_candidate(gpu, installs, forced_cupti)
+def try_backends(env: Environment, gpu: Gpu, installs: list[backend.NcuInstall], forced_cupti: bool) -> object:
+    """Step 4, into ``env`` (backend chosen, reasons, probe lines); what to load: the ncu, the libcupti or None."""
+    ncu, env.ncu_problem = ncu_backend_candidate(gpu, installs, forced_cupti)
     if ncu is not None:
         tried = probe.try_candidate("ncu", ncu.path, gpu.key())
-        lines.append(f"Nsight Compute backend with {ncu.path}: {tried.line()}")
+        env.probes.append(f"Nsight Compute backend with {ncu.path}: {tried.line()}")
         if tried.ok:
-            return "ncu", f"the Nsight Compute backend profiled a kernel in a child process ({ncu.path})", None, None, \
-                lines, ncu
-        ncu_problem = f"it failed in a child process: {tried.detail}"
-    library, cupti_problem = cupti_candidate(gpu, colab)
+            env.backend, env.backend_reason = "ncu", "the Nsight Compute backend profiled a kernel in a child process"
+            return ncu
+        env.ncu_problem = f"it failed in a child process: {tried.detail}"
+    library, env.cupti_problem = cupti_candidate(gpu, env.on_colab)
+    env.backend_reason = f"Nsight Compute backend {env.ncu_problem}; "
     if library is not None:
         tried = probe.try_candidate("cupti", library.path, gpu.key())
-        lines.append(f"CUPTI backend with {library.path}: {tried.line()}")
+        env.probes.append(f"CUPTI backend with {library.path}: {tried.line()}")
         if tried.ok:
-            return "cupti", f"Nsight Compute backend {ncu_problem}; the CUPTI backend profiled a kernel in a child " \
-                            "process (kernel durations only)", ncu_problem, None, lines, library
-        cupti_problem = f"it failed in a child process: {tried.detail}"
-    return None, f"Nsight Compute backend {ncu_problem}; CUPTI backend {cupti_problem}", ncu_problem, cupti_problem, \
-        lines, None
+            env.backend = "cupti"
+            env.backend_reason += "the CUPTI backend profiled a kernel in a child process (kernel durations only)"
+            return library
+        env.cupti_problem = f"it failed in a child process: {tried.detail}"
+    env.backend_reason += f"CUPTI backend {env.cupti_problem}"
+    return None
 
 
-def choose_cli(gpu: Gpu, installs: list[backend.NcuInstall]) -> tuple[backend.NcuInstall | None, str | None, list[str]]:
-    """The newest ncu that profiles a kernel in launch mode, or why none; one probe line per ncu tried."""
-    if not installs:
-        return None, "no ncu on PATH or under /opt/nvidia/nsight-compute", []
-    failed, lines = [], []
+def choose_cli(env: Environment, gpu: Gpu, installs: list[backend.NcuInstall]) -> None:
+    """The ncu command line into ``env``: the newest ncu that profiles a kernel in launch mode, or why none."""
+    failed = [] if installs else ["no ncu on PATH or under /opt/nvidia/nsight-compute"]
     for install in sorted(installs, key=lambda i: i.version or (), reverse=True):
         tried = probe.try_candidate("ncu-cli", install.path, gpu.key())
-        lines.append(f"ncu command line {install.path} ({backend.version_text(install.version)}): {tried.line()}")
+        env.probes.append(f"ncu command line {install.path} ({backend.version_text(install.version)}): {tried.line()}")
         if tried.ok:
-            return install, None, lines
+            env.ncu_path, env.ncu_version = install.path, install.version
+            return
         failed.append(f"{install.path}: {tried.detail}")
-    return None, "; ".join(failed), lines
+    env.cli_problem = "; ".join(failed)
 
 
 def load(chosen: str | None, tool: object) -> tuple[str | None, str | None]:
@@ -273,15 +265,13 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
         return _complete(env)
     if colab:
         installs = colab_installs(gpu, installs, forced_cupti)
-    chosen, env.backend_reason, env.ncu_problem, env.cupti_problem, env.probes, tool = try_backends(
-        gpu, installs, colab, forced_cupti)
-    cli, env.cli_problem, lines = choose_cli(gpu, installs)
-    env.probes += lines
-    env.ncu_path, env.ncu_version = (cli.path, cli.version) if cli else (None, None)
+    tool = try_backends(env, gpu, installs, forced_cupti)
+    choose_cli(env, gpu, installs)
+    chosen = env.backend
     env.backend, problem = load(chosen, tool)
     if problem:
         env.backend_reason += f"; but {problem}"
-        env.ncu_problem, env.cupti_problem = (problem, env.cupti_problem) if chosen == "ncu" else (env.ncu_problem, problem)
+        setattr(env, "ncu_problem" if chosen == "ncu" else "cupti_problem", problem)
     return _complete(env)
 
 
@@ -323,9 +313,7 @@ def finish(tried: list[probe.Outcome] = ()) -> Environment:
         return _complete(env)
     env.backend_reason = (f"{active.name} active" if active else "no tool active") + \
         (f"; Nsight Compute backend {env.ncu_problem}" if env.backend != "ncu" else "")
-    cli, env.cli_problem, lines = choose_cli(gpu, installs)
-    env.probes += lines
-    env.ncu_path, env.ncu_version = (cli.path, cli.version) if cli else (None, None)
+    choose_cli(env, gpu, installs)
     return _complete(env)
 
 

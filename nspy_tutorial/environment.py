@@ -1,9 +1,5 @@
-"""What ``setup`` found and chose, what each section may run, and the banner that says so.
-
-:class:`Environment` is the ``ENV`` of every notebook. Sections state their precondition with
-:meth:`Environment.require`; a need that is missing ends the section SKIPPED with the reason
-setup found (a probe's real error, the driver, a version) and the remedy that fits it.
-"""
+"""``ENV``: what setup found and chose, what each section may run (:meth:`Environment.require`: a missing
+need ends the section SKIPPED with setup's real reason and the remedy that fits it), and the banner."""
 
 from __future__ import annotations
 
@@ -71,8 +67,7 @@ class Environment:
         return self.gpu_problem is None
 
     def lacks(self, what: str) -> list[str]:
-        """Every need a section requiring ``what`` lacks here (empty: it can run). Without a GPU an
-        ncu section also lacks "counters" (it reads the GPU's performance counters)."""
+        """Every need a section requiring ``what`` lacks (without a GPU an ncu section lacks "counters" too)."""
         if what not in NEEDS:
             raise ValueError(f"require(): unknown need {what!r}; use {', '.join(NEEDS)}")
         missing = [] if self.has_gpu else ["gpu"]
@@ -87,7 +82,7 @@ class Environment:
         return missing
 
     def _also(self, also: str | tuple[str, ...]) -> list[str]:
-        """The needs in ``also`` (checked later by the section itself): missing too without a GPU."""
+        """The needs in ``also``: missing too without a GPU."""
         needs = [also] if isinstance(also, str) else list(also)
         unknown = [need for need in needs if need not in sections.NEEDS]
         if unknown:
@@ -95,9 +90,8 @@ class Environment:
         return [] if self.has_gpu else needs
 
     def require(self, what: str, also: str | tuple[str, ...] = ()) -> None:
-        """Raise :class:`Skip` unless ``what`` is here: ``"gpu"``, ``"profiler"`` (either backend),
-        ``"ncu"`` (the Nsight Compute backend), ``"ncu-cli"`` (an ncu that works in launch mode).
-        The Skip gives setup's reason and the remedy that fits it, and names every missing need."""
+        """:class:`Skip` unless ``what`` is here: ``gpu``, ``profiler`` (either backend), ``ncu`` (the Nsight
+        Compute backend), ``ncu-cli`` (an ncu that works in launch mode); ``also``: needs the section checks later."""
         missing = self.lacks(what) + self._also(also)
         if not missing:
             return
@@ -164,8 +158,7 @@ def torch_cuda_text(env: Environment) -> str:
 
 
 def banner_lines(env: Environment) -> list[str]:
-    """The environment banner as lines: the GPU, the driver, the backend and the ncu command line,
-    each with the reason setup found."""
+    """The banner as lines: GPU, driver, versions, backend and ncu command line with setup's reasons."""
     lines = []
     if env.has_gpu and env.facts is not None:
         f, sheet = env.facts, env.datasheet

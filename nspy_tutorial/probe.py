@@ -1,20 +1,11 @@
 """Try a profiler in a child process before the notebook's own process commits to it.
 
-Loading nsight-python's Nsight Compute backend, or activating its CUPTI backend, cannot be
-undone in a process, and each can fail on a given machine for reasons no version number
-predicts (an ncu that refuses the driver, counters reserved to administrators, a libcupti
-the driver is too old for, a hang). So each candidate first profiles one tiny kernel in a
-fresh Python (``python -m nspy_tutorial.probe <candidate>``), and only one that returned a
-real row is loaded in the notebook:
-
-* ``ncu``     -- nsight-python's Nsight Compute backend, with the given ncu first on PATH;
-* ``cupti``   -- nsight-python's CUPTI backend, the given libcupti loaded first;
-* ``ncu-cli`` -- an ncu executable in launch mode on the same tiny kernel.
-
-A probe has a timeout (a hang is a failure). Its outcome is kept per machine, keyed by the
-GPU, the driver, the candidate and the tool's path and version, in
-``$XDG_CACHE_HOME/nspy-tutorial/probes.json`` (default ``~/.cache``), so a second setup in
-the same runtime takes seconds; delete the file to probe again. A timeout is not kept.
+Loading the Nsight Compute backend or activating CUPTI cannot be undone in a process, and either
+can fail for reasons no version number predicts (an ncu that refuses the driver, counters reserved
+to administrators, a hang). So each candidate -- ``ncu`` (the Nsight Compute backend with a given
+ncu), ``cupti`` (the CUPTI backend with a given libcupti), ``ncu-cli`` (an ncu in launch mode) --
+first profiles one tiny kernel in a fresh Python, under a timeout. Outcomes are kept per machine in
+``$XDG_CACHE_HOME/nspy-tutorial/probes.json`` (default ``~/.cache``; delete it to probe again).
 """
 
 from __future__ import annotations
@@ -50,6 +41,17 @@ class Outcome:
         return f"{'works' if self.ok else 'failed'}: {self.detail} ({how})"
 
 
+def machine_key(gpu_name: str | None, driver: str | None) -> str:
+    """What a kept outcome depends on besides the candidate and its tool: the GPU, the driver, nsight-python."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        nsight = version("nsight-python")
+    except PackageNotFoundError:
+        nsight = None
+    return f"{gpu_name}|{driver}|nsight-python {nsight}"
+
+
 def cache_file() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nspy-tutorial" / "probes.json"
 
@@ -71,8 +73,7 @@ def _write_cache(key: str, outcome: Outcome) -> None:
 
 
 def first_error(output: str) -> str:
-    """The first line that says what went wrong: ncu's ``==ERROR==``, else the child's own
-    failure line, else the last line it printed."""
+    """The line that says what went wrong: ncu's ``==ERROR==``, else the child's failure line, else its last."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     for prefix in ("==ERROR==", MARKER + "failed "):
         found = next((line for line in lines if line.startswith(prefix)), None)
@@ -82,7 +83,7 @@ def first_error(output: str) -> str:
 
 
 def command(candidate: str, tool: str) -> list[str]:
-    """The child's command line: ``tool`` is the ncu (``ncu``, ``ncu-cli``) or the libcupti (``cupti``)."""
+    """The child's command; ``tool`` is the ncu (``ncu``, ``ncu-cli``) or the libcupti (``cupti``)."""
     if candidate == "ncu-cli":
         return [tool, "--metrics", "gpu__time_duration.sum", "--launch-skip", "1", "--launch-count", "1", "--csv",
                 *CHILD, "kernel"]
@@ -90,8 +91,7 @@ def command(candidate: str, tool: str) -> list[str]:
 
 
 def environment(candidate: str, tool: str) -> dict[str, str]:
-    """This process's environment for the child, without the profiler variables nsight set here;
-    for ``ncu``, ``tool``'s folder first on PATH (where nsight-python looks) and nsight allowed to load it."""
+    """The child's environment: no profiler variables of this process; for ``ncu``, its folder first on PATH."""
     from nspy_tutorial.ncu_cli import INJECTION_VARIABLES
 
     env = {key: value for key, value in os.environ.items() if key not in INJECTION_VARIABLES}
@@ -102,12 +102,12 @@ def environment(candidate: str, tool: str) -> dict[str, str]:
 
 
 def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None = None) -> Outcome:
-    """Profile one tiny kernel with ``candidate`` in a child process; ``machine`` keys the kept outcome
-    (GPU and driver; the tool's path and version are added here)."""
+    """Profile one tiny kernel with ``candidate`` in a child process; ``machine`` (:func:`machine_key`) and
+    the tool's path and file key the kept outcome."""
     if candidate not in CANDIDATES:
         raise ValueError(f"probe: unknown candidate {candidate!r}; use one of {', '.join(CANDIDATES)}")
     timeout = TIMEOUT if timeout is None else timeout
-    key = json.dumps([machine, candidate, tool, _tool_version(candidate, tool)])
+    key = json.dumps([machine, candidate, tool, _file_stamp(tool)])
     kept = _read_cache().get(key)
     if kept:
         return Outcome(**{**kept, "cached": True})
@@ -131,8 +131,8 @@ def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None
     return outcome
 
 
-def _tool_version(candidate: str, tool: str) -> str:
-    """The file's size and time: an ncu or libcupti replaced in place is probed again."""
+def _file_stamp(tool: str) -> str:
+    """The tool's size and time: one replaced in place is probed again."""
     try:
         stat = os.stat(tool)
     except OSError:
@@ -164,8 +164,8 @@ def child(argv: list[str]) -> int:
         if argv[0] == "kernel":  # what ncu launches for the ncu-cli probe: two tiny kernels
             import torch
 
-            x = torch.ones(1 << 16, device="cuda")
-            torch.cuda.synchronize(_ := x + 1)
+            _ = torch.ones(1 << 16, device="cuda") + 1
+            torch.cuda.synchronize()
             return 0
         if argv[0] == "cupti":
             import ctypes

@@ -381,7 +381,8 @@ def test_finish_with_a_gpu_refuses_before_nsight_is_imported(monkeypatch):
 def test_finish_records_the_probes_the_cells_ran_and_the_tool_they_activated(monkeypatch, capsys):
     monkeypatch.setattr(bootstrap, "probe_gpu", lambda: bootstrap.Gpu("NVIDIA H200", "580.159.04", (13, 0), None))
     monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [OLD_NCU])
-    monkeypatch.setattr(bootstrap, "choose_cli", lambda gpu, installs: (OLD_NCU, None, ["ncu command line: works"]))
+    monkeypatch.setattr(bootstrap, "choose_cli", lambda env, gpu, installs: (
+        env.probes.append("ncu command line: works"), setattr(env, "ncu_path", OLD_NCU.path)))
     bootstrap.setup("01_install_ncu", steps="manual")
     capsys.readouterr()
     use_nsight(monkeypatch, "cupti")
@@ -399,7 +400,7 @@ def test_finish_records_the_probes_the_cells_ran_and_the_tool_they_activated(mon
 def test_finish_names_the_failed_probe_as_the_reason_nsight_compute_is_not_active(monkeypatch):
     monkeypatch.setattr(bootstrap, "probe_gpu", lambda: T4)
     monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [NEW_NCU])
-    monkeypatch.setattr(bootstrap, "choose_cli", lambda gpu, installs: (None, "refused", []))
+    monkeypatch.setattr(bootstrap, "choose_cli", lambda env, gpu, installs: setattr(env, "cli_problem", "refused"))
     bootstrap.setup("01_install_ncu", steps="manual")
     use_nsight(monkeypatch, "cupti")
     monkeypatch.setattr(bootstrap, "device_facts", lambda: facts())
@@ -422,7 +423,7 @@ def test_finish_without_gpu_gives_no_backend_and_the_remedy_for_where_the_reader
 def test_finish_says_why_nsight_compute_was_not_tried_when_no_ncu_is_new_enough(monkeypatch):
     monkeypatch.setattr(bootstrap, "probe_gpu", lambda: T4)
     monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [OLD_NCU])
-    monkeypatch.setattr(bootstrap, "choose_cli", lambda gpu, installs: (OLD_NCU, None, []))
+    monkeypatch.setattr(bootstrap, "choose_cli", lambda env, gpu, installs: None)
     bootstrap.setup("01_install_ncu", steps="manual")
     use_nsight(monkeypatch, "cupti")
     monkeypatch.setattr(bootstrap, "device_facts", lambda: facts())
