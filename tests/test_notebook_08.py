@@ -1,5 +1,9 @@
 """Notebook 08's analysis, as the notebook has it, on per-run tables shaped like its CSVs.
 
+Section 1's cell runs on a SYNTHETIC per-run CSV and ``to_dataframe()`` as nsight-python 1.1.0 (which
+also writes ``collected_info.pkl``) and 1.1.1 (which writes none) leave them: the values are read from the
+table either way, and the RUN-scope claim fails when the timestamp collector is not read once per run.
+
 The per-run CSV of a thermal series has one row per run: ``Value`` (kernel ns) and the
 collectors' columns (``sm_clock_mhz``, ``clock_at_entry_mhz``, ``gpu_temp_c``, ``headroom_c``,
 ``headroom_at_entry_c``, ``run_start_s``). These tests build such tables by hand, with the
@@ -20,7 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np
 import pandas as pd
 import pytest
-from notebook_code import functions, source
+from notebook_code import fixture, functions, source
 from scipy import stats
 
 NB = functions("08_collectors_and_thermal", "partial_rank_correlation", "holm", "correlation_table", "robust_spread_pct",
@@ -267,3 +271,111 @@ def test_sections_3_and_4_pool_the_series_when_auto_never_paused(capsys, monkeyp
     assert re.match(r"off and auto pooled, as auto never paused: off\+auto time vs clock_at_entry_mhz: "
                     r"(negative|not distinguishable)", nt.result), nt.result
     plt.close("all")
+
+
+# --- section 1's cell, on SYNTHETIC per-run tables, as nsight-python 1.1.0 and 1.1.1 leave them ---
+
+NUMERIC = ["vector_mib", "sm_clock_mhz", "gpu_temp_c", "power_w", "run_start_s", "clock_at_entry_mhz"]
+
+
+def per_run_csv(sizes=(1 << 20, 1 << 24), runs=5, per_annotation_timestamps=False, one_timestamp=False):
+    """SYNTHETIC per-run CSV of `scopes`: annotation, then configuration, then run; NVML's values never change."""
+    rows = []
+    for k, annotation in enumerate(("x * 2", "x + 1")):
+        for i, n in enumerate(sizes):
+            for run in range(runs):
+                start = 10 + 0.01 * (i * runs + run) + (0.001 * k if per_annotation_timestamps else 0)
+                start = 0.0 if one_timestamp else start
+                rows.append((annotation, n, 3000.0 + run, "580.82.07", f"{n / 2**20:g} Mi elements", 4 * n / 2**20,
+                             1980, 41, 88.5, start, 1980))
+    return pd.DataFrame(rows, columns=["Annotation", "n", "Value", "driver_version", "size_label"] + NUMERIC)
+
+
+def aggregated(raw: pd.DataFrame) -> pd.DataFrame:
+    """What to_dataframe() holds for those runs: one row per annotation and configuration, _Avg/_Std/_Min/_Max."""
+    g = raw.groupby(["Annotation", "n"], sort=False)
+    stats_ = {f"{c}_{name}": getattr(g[c], fn)() for c in NUMERIC
+              for name, fn in (("Avg", "mean"), ("Std", "std"), ("Min", "min"), ("Max", "max"))}
+    return pd.concat({"driver_version": g.driver_version.first(), "size_label": g.size_label.first(), **stats_},
+                     axis=1).reset_index()
+
+
+def section_1(tmp_path, monkeypatch, raw: pd.DataFrame, version: str, stale_pickle: bool = False) -> tuple:
+    """Run 08 section 1's cell: `scopes()` writes the per-run CSV (and, as 1.1.0 does, collected_info.pkl)."""
+    from nspy_tutorial import evidence
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scopes").mkdir()
+    if stale_pickle:  # left by an earlier run of the notebook under nsight-python 1.1.0
+        pd.to_pickle([{"n": 1}], tmp_path / "scopes" / "collected_info.pkl")
+
+    def scopes():
+        raw.to_csv(tmp_path / "scopes" / "profiled_data-scopes-0.csv", index=False)
+        if version == "1.1.0":
+            first = raw[raw.Annotation == "x * 2"]
+            records = [{"config": (n,), "run": i} for i, n in enumerate(first.n)]
+            pd.to_pickle(records, tmp_path / "scopes" / "collected_info.pkl")
+        return SimpleNamespace(to_dataframe=lambda: aggregated(raw))
+
+    nt = Notebook()
+    namespace = dict(np=np, pd=pd, Path=__import__("pathlib").Path, nt=nt, evidence=evidence, scopes=scopes,
+                     ENV=SimpleNamespace(require=lambda what: None, backend="cupti"),
+                     nsight=SimpleNamespace(__version__=version), SCOPES_DIR="scopes/", SIZES=[1 << 20, 1 << 24],
+                     SCOPE_RUNS=5, NUMERIC=NUMERIC)
+    text = source("08_collectors_and_thermal")
+    cell = re.search(r'^with nt\.section\("1\. Collectors.*?(?=^# %%)', text, flags=re.M | re.S).group(0)
+    exec(compile(cell, "section 1", "exec"), namespace)
+    return nt, {statement: ok for ok, statement, _ in nt.claims}
+
+
+@pytest.mark.parametrize("version", ["1.1.0", "1.1.1"])
+def test_section_1_reads_the_values_from_the_table_and_the_pickle_only_where_it_exists(tmp_path, monkeypatch, capsys,
+                                                                                       version):
+    nt, claims = section_1(tmp_path, monkeypatch, per_run_csv(), version)
+    printed = capsys.readouterr().out
+    assert all(claims.values()), claims
+    pickle_claims = [s for s in claims if "collected_info.pkl" in s]
+    if version == "1.1.0":
+        assert pickle_claims and "collected_info.pkl: 10 records" in printed
+    else:
+        assert not pickle_claims and "no collected_info.pkl (nsight-python 1.1.1)" in printed
+    assert nt.result.startswith("6 numeric collectors -> 4 columns each")
+
+
+def test_a_pickle_left_by_an_earlier_run_is_not_taken_for_this_calls(tmp_path, monkeypatch, capsys):
+    section_1(tmp_path, monkeypatch, per_run_csv(), "1.1.1", stale_pickle=True)
+    assert "no collected_info.pkl (nsight-python 1.1.1)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["per_annotation_timestamps", "one_timestamp"],
+                         ids=["read at each annotation", "read once per call"])
+def test_the_run_scope_claim_fails_when_the_timestamp_is_not_read_once_per_run(tmp_path, monkeypatch, kind):
+    """NVML's clock, temperature and power stay the same, so only the timestamp can tell."""
+    _, claims = section_1(tmp_path, monkeypatch, per_run_csv(**{kind: True}), "1.1.1")
+    run_claim = next(s for s in claims if s.startswith("a RUN value is read once per run"))
+    assert claims[run_claim] is False
+    assert all(ok for s, ok in claims.items() if s != run_claim)
+
+
+# --- the same verdicts on two separate GPU runs' kept thermal series ------------------------------
+
+def kept_run(run: str) -> dict:
+    """The off and auto series (per-run CSVs) of one GPU run, kept as 08_collectors_and_thermal--thermal-<mode>."""
+    return {mode: fixture(f"08_collectors_and_thermal--thermal-{mode}", run)[1] for mode in ("off", "auto")}
+
+
+def kept_verdicts(series: dict) -> dict:
+    """Every verdict sections 2-4 print, from one GPU run's kept series (the headroom before the call: run 0's)."""
+    auto = series["auto"]
+    lowest, _, pause = NB.pause_evidence({"raw": auto, "headroom_before": auto.headroom_c.iloc[0]}, 10)
+    table = NB.correlation_table(series, pool=lowest > 10)
+    return {"first RUN sample": NB.first_sample(series["off"]).split(" ")[0],
+            "ANNOTATION sample": NB.entry_proxy(series["off"])[1], "thermal control": pause.split(":")[0],
+            **{f"{row.series} {row.test}": row.verdict for row in table.itertuples()}}
+
+
+def test_sections_2_to_4_give_the_same_verdicts_on_two_separate_gpu_runs():
+    """Fails until both GPU runs keep 08's thermal series (thermal-off, thermal-auto)."""
+    first, second = kept_verdicts(kept_run("run1")), kept_verdicts(kept_run("run2"))
+    assert first.keys() == second.keys()
+    assert all(agree(first[k], second[k]) for k in first), (first, second)

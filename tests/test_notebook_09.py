@@ -4,11 +4,17 @@
   CUPTI child it must take its steps in one order -- ``NSPY_NCU_INIT_AT_IMPORT=0``, the libcupti
   preload, ``import nsight``, CUPTI activation, and only then torch -- and run any other way it
   must take none of them. Its ``combine_kernel_metrics`` and empty-result check run here too.
-* The analysis (``times``, ``welch``, ``reading``, ``compare``, ``event_clocks``) runs on tables
-  shaped exactly as nsight-python returns them: ``09_cupti_vs_ncu--workload-{all,none}`` (the
-  ``ncu`` command line read back by nsight-python's own extraction; the Nsight Compute backend
+* The analysis (``times``, ``welch``, ``reading``, ``compare``, ``overhead``, ``event_clocks``) runs
+  on tables shaped exactly as nsight-python returns them: ``09_cupti_vs_ncu--workload-{all,none}``
+  (the ``ncu`` command line read back by nsight-python's own extraction; the Nsight Compute backend
   gives the same shape) and ``--workload-cupti`` (the CUPTI backend), kept from a strict run on
-  the GPU test machine (``NSPY_TUTORIAL_KEEP_TABLES``); the tests below hold for any real run's values.
+  the GPU test machine (``NSPY_TUTORIAL_KEEP_TABLES``); the tests below hold for any real run's
+  values. Section 4's launches are kept as ``--events-cupti`` and ``--events-plain`` (op, CUDA-event
+  ns, wall ns per launch). Every verdict the notebook prints is computed on two separate GPU runs'
+  tables (``run1``, ``run2``) and must agree, or one of them must say "not distinguishable".
+* nsight-python 1.1.0 and 1.1.1 say "no kernel profiled" differently (an empty table; a
+  ``RuntimeError``) and word their refusals differently: the module's code is run against fakes of
+  both and must reach the same verdicts.
 * What the notebook says about torch's libcupti, from ``torch.version.cuda`` (a fake CUDA 12
   torch), and a failed ``pip install`` of cupti-python on Colab: SKIPPED with the remedy.
 """
@@ -16,6 +22,7 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import re
 import subprocess
@@ -33,12 +40,12 @@ from nspy_tutorial import backend, ncu_cli, sections
 
 STEM = "09_cupti_vs_ncu"
 TIME, CLOCK = "gpu__time_duration.sum", "gpc__cycles_elapsed.avg.per_second"
-ANALYSIS = functions(STEM, "times", "welch", "reading", "compare", "event_clocks", np=np, pd=pd, stats=stats,
-                     ncu_cli=ncu_cli, TIME=TIME, CLOCK=CLOCK)
+ANALYSIS = functions(STEM, "times", "welch", "reading", "compare", "overhead", "event_clocks", np=np, pd=pd,
+                     stats=stats, ncu_cli=ncu_cli, TIME=TIME, CLOCK=CLOCK)
 
 
-def tables() -> dict[str, pd.DataFrame]:
-    return {name: fixture(f"{STEM}--workload-{name}")[1] for name in ("cupti", "all", "none")}
+def tables(run: str = "run1") -> dict[str, pd.DataFrame]:
+    return {name: fixture(f"{STEM}--workload-{name}", run)[1] for name in ("cupti", "all", "none")}
 
 
 # --- the kernels module: the CUPTI child's order -----------------------------------------------
@@ -129,13 +136,87 @@ class Result:
         return self.df
 
 
-def test_measured_names_an_annotation_without_rows_and_error_of_returns_the_message(kernels):
-    empty = pd.DataFrame(columns=["Annotation", "AvgValue"])  # what a memcpy-only region gives under CUPTI
-    message = kernels.error_of(lambda: kernels.measured(Result(empty), ["copy"]), RuntimeError)
+class FakeNsight:
+    """``nsight.analyze.kernel`` as nsight-python ``version`` behaves under CUPTI, for the module's functions.
+
+    A counter is refused at the call (with a wording of this fake's own: the notebook must not depend on
+    it). A region in which no kernel ran gives an empty table under 1.1.0 and raises ``RuntimeError``
+    under 1.1.1; ``x * 2`` gives one fastest run per configuration; ``add`` a row, unless ``blind``.
+    """
+
+    def __init__(self, version: str, blind: bool = False):
+        self.version, self.blind = version, blind
+        self.analyze = SimpleNamespace(kernel=self.kernel)
+        self.annotate = lambda name: contextlib.nullcontext()
+
+    def kernel(self, metrics=(TIME,), **settings):
+        def decorate(func):
+            def call(*args, configs=None):
+                if list(metrics) != [TIME]:
+                    raise ValueError(f"fake {self.version}: only {TIME} under CUPTI")
+                if func.__name__ == "scale":
+                    return Result(pd.DataFrame({"Annotation": ["x * 2"] * 2, "MinValue": [1000.0, 2500.0]}))
+                if args[1] == "copy" or self.blind:
+                    if self.version == "1.1.1":
+                        raise RuntimeError("no kernel launch could be attributed to any annotation (fake 1.1.1)")
+                    return Result(pd.DataFrame(columns=["Annotation", "AvgValue"]))
+                return Result(pd.DataFrame({"Annotation": [args[1]], "AvgValue": [1.0]}))
+            return call
+        return decorate
+
+
+@pytest.fixture
+def fake_gpu(kernels, monkeypatch):
+    """The module with a fake torch (no GPU needed) and a fake nsight of the given version."""
+    device = SimpleNamespace(L2_cache_size=1 << 20)
+    fake_torch = SimpleNamespace(randn=lambda *a, **k: np.ones(4), empty=lambda *a, **k: np.ones(4),
+                                 cuda=SimpleNamespace(get_device_properties=lambda i: device))
+    monkeypatch.setattr(kernels, "torch", fake_torch)
+
+    def use(version: str, blind: bool = False):
+        monkeypatch.setattr(kernels, "nsight", FakeNsight(version, blind))
+        return kernels
+    return use
+
+
+@pytest.mark.parametrize("version", ["1.1.0", "1.1.1"])
+def test_measured_names_an_annotation_without_rows_whether_nsight_returns_an_empty_table_or_raises(kernels, version):
+    def nothing():  # what nsight-python `version` does when no kernel ran in the annotation
+        if version == "1.1.1":
+            raise RuntimeError("No kernels were profiled")
+        return Result(pd.DataFrame(columns=["Annotation", "AvgValue"]))
+    message = kernels.raised(lambda: kernels.measured(nothing, ["copy"]), RuntimeError)
     assert "['copy']" in message and "memcpy" in message
-    assert kernels.error_of(lambda: kernels.measured(Result(pd.DataFrame()), ["copy"]), RuntimeError)
+    assert ("No kernels were profiled" in message) == (version == "1.1.1")  # nsight's own words travel with it
     df = pd.DataFrame({"Annotation": ["copy"], "AvgValue": [1.0]})
-    assert kernels.measured(Result(df), ["copy"]) is df and kernels.error_of(lambda: None, RuntimeError) is None
+    assert kernels.measured(lambda: Result(df), ["copy"]) is df and kernels.raised(lambda: None, RuntimeError) is None
+
+
+def test_measured_lets_an_error_that_is_not_a_runtime_error_through(kernels):
+    def broken():
+        raise ValueError("a bug in the measured code")
+    with pytest.raises(ValueError, match="a bug"):
+        kernels.measured(broken, ["copy"])
+
+
+@pytest.mark.parametrize("version", ["1.1.0", "1.1.1"])
+def test_cupti_limits_reaches_the_same_findings_under_either_version(fake_gpu, version):
+    found = fake_gpu(version).cupti_limits()
+    assert found["counter_error"] == f"fake {version}: only {TIME} under CUPTI"  # refused, whatever the wording
+    assert "['copy']" in found["copy_error"]  # section 5's claim, from an empty table or from nsight's RuntimeError
+    assert set(found["x2_us"]) == {"all/none", "none/none", "all/base"}
+    assert all(warm < flushed for warm, flushed in found["x2_us"].values())
+
+
+@pytest.mark.parametrize("version", ["1.1.0", "1.1.1"])
+@pytest.mark.parametrize("blind", [False, True], ids=["nsight still measures", "nsight blind afterwards"])
+def test_profiler_beside_cupti_says_whether_nsight_still_measures_under_either_version(fake_gpu, monkeypatch, version,
+                                                                                       blind):
+    module = fake_gpu(version, blind)
+    monkeypatch.setattr(module, "profiler_events", lambda: 0)
+    found = module.profiler_beside_cupti()
+    assert found["cuda_events"] == 0
+    assert (found["nsight_after"] is None) != blind and (not blind or "['add']" in found["nsight_after"])
 
 
 def test_the_workload_has_the_add_then_the_matmuls(kernels):
@@ -195,44 +276,163 @@ def test_compare_on_the_fixtures_decomposes_nsight_computes_extra_time():
     assert (side["max MHz"] == t["all"].ComputeClock.iloc[0] / 1e3).all()
     # the flush and what is left add up to the whole difference (all in % of CUPTI's mean)
     assert (side["all-CUPTI"]).to_numpy() == pytest.approx((side["all-none"] + side["none-CUPTI"]).to_numpy())
-    c, a = ANALYSIS.times(t["cupti"]), ANALYSIS.times(t["all"])
+    c, a, n = ANALYSIS.times(t["cupti"]), ANALYSIS.times(t["all"]), ANALYSIS.times(t["none"])
     for i, op in enumerate(side.op):
         d, half = ANALYSIS.welch(c.loc[op], a.loc[op])
         assert side["all-CUPTI"][i] == pytest.approx(100 * d / c["mean"][op])
         assert side["all-CUPTI ±"][i] == pytest.approx(100 * half / c["mean"][op])
         assert side["clock none MHz"][i] == pytest.approx(ANALYSIS.times(t["none"], CLOCK)["mean"][op])
+        us = n["mean"][op] - c["mean"][op]  # the unflushed difference in us, per kernel of the run
+        assert side["us/kernel"][i] == pytest.approx(us / c.kernels[op])
+        ratio = side["max MHz"][i] / side["clock none MHz"][i]
+        assert side["clock bound us"][i] == pytest.approx(c["mean"][op] * (ratio - 1))
     for r in side.to_dict("records"):  # the reading says "flush" exactly when its interval excludes 0
-        assert bool(re.search(r"\bflush ", r["reading"])) == (abs(r["all-none"]) > r["all-none ±"])
-        assert ("unflushed" in r["reading"]) == (abs(r["none-CUPTI"]) > r["none-CUPTI ±"])
+        assert bool(re.search(r"\bflush ", ANALYSIS.reading(r))) == (abs(r["all-none"]) > r["all-none ±"])
+        assert (r["unflushed"] == "no difference detected") == (abs(r["none-CUPTI"]) <= r["none-CUPTI ±"])
 
 
-def row(**values) -> dict:
-    base = {"kernels": 1, "all-none": 0.0, "all-none ±": 1.0, "none-CUPTI": 0.0, "none-CUPTI ±": 1.0,
-            "clock none MHz": 1980.0, "max MHz": 1980.0}
-    return {**base, **values}
+def timing(op_us: dict, sd: float, runs: int, clock_mhz: float | dict = 1980.0, max_mhz: float = 1980.0,
+           kernels: dict | None = None) -> pd.DataFrame:
+    """A SYNTHETIC table as nsight-python returns it: one time row per op (and a clock row, for Nsight Compute)."""
+    rows = []
+    for op, us in op_us.items():
+        names = "|".join(["k"] * (kernels or {}).get(op, 1))
+        clock = clock_mhz[op] if isinstance(clock_mhz, dict) else clock_mhz
+        rows += [(op, TIME, 1e3 * us, 1e3 * sd, runs, names, "ns", 1e3 * max_mhz),
+                 (op, CLOCK, 1e6 * clock, 1e3, runs, names, "hz", 1e3 * max_mhz)]
+    return pd.DataFrame(rows, columns=["Annotation", "Metric", "AvgValue", "StdDev", "NumRuns", "Kernel", "Unit",
+                                       "ComputeClock"])
+
+
+LENGTHS = {"add": 1.5, "matmul 512": 14.0, "matmul 1024": 61.0, "matmul 2048": 342.0, "matmul 4096": 2682.0}
+SPLIT = {"matmul 512": 2}
+
+
+def side_of(none_us: dict, clock_mhz: float | dict = 1980.0, all_extra: float = 0.0) -> pd.DataFrame:
+    """compare() on SYNTHETIC runs: CUPTI's times are LENGTHS, Nsight Compute's `none_us` (flushed: + all_extra)."""
+    cupti = timing(LENGTHS, sd=0.05, runs=10, kernels=SPLIT)
+    cupti = cupti[cupti.Metric == TIME]
+    flushed = {op: us + all_extra for op, us in none_us.items()}
+    return ANALYSIS.compare(cupti, {"all": timing(flushed, 0.05, 3, clock_mhz, kernels=SPLIT),
+                                    "none": timing(none_us, 0.05, 3, clock_mhz, kernels=SPLIT)})
+
+
+def test_a_cost_of_one_microsecond_per_kernel_at_every_length_is_named_a_fixed_overhead():
+    side = side_of({op: us + 1.0 * SPLIT.get(op, 1) for op, us in LENGTHS.items()}, clock_mhz=1960.0)
+    assert set(side.unflushed) == {"the fixed overhead"}
+    assert ANALYSIS.overhead(side).startswith("a fixed overhead of about 1.00 us per kernel")
+    assert side["none-CUPTI"].iloc[0] > 50 > side["none-CUPTI"].iloc[-1]  # most of the add, little of matmul 4096
+
+
+def test_a_cost_that_grows_with_the_kernel_is_not_a_fixed_overhead_and_the_clock_is_read_alone():
+    slower = {op: us * 1.03 for op, us in LENGTHS.items()}  # 3 % at every length
+    by_clock = side_of(slower, clock_mhz=1980.0 / 1.04)      # ran 4 % below the maximum: the clock can add 4 %
+    assert ANALYSIS.overhead(by_clock).startswith("not a fixed overhead")
+    long = by_clock[by_clock.op.isin(["matmul 2048", "matmul 4096"])]
+    assert set(long.unflushed) == {"the clock can account for it"}
+    at_max = side_of(slower)                                  # at the maximum clock: the clock can add nothing
+    assert ANALYSIS.overhead(at_max).startswith("not a fixed overhead")
+    assert at_max.unflushed.iloc[-1] == "more than the clock can explain"
+
+
+def test_one_kernel_that_pays_far_more_than_the_others_breaks_the_fixed_overhead():
+    extra = {op: us + 1.0 * SPLIT.get(op, 1) for op, us in LENGTHS.items()}
+    extra["matmul 1024"] += 8.0  # 9 us where the others pay 1: no one overhead fits every row
+    side = side_of(extra)
+    assert ANALYSIS.overhead(side).startswith("not a fixed overhead")
+    assert side.set_index("op").unflushed["matmul 1024"] == "more than the clock can explain"
+
+
+def test_no_difference_and_a_faster_tool_are_read_as_such():
+    same = side_of(dict(LENGTHS))
+    assert set(same.unflushed) == {"no difference detected"}
+    assert ANALYSIS.overhead(same) == "no unflushed difference detected"
+    faster = side_of({op: us - 0.5 for op, us in LENGTHS.items()})
+    assert set(faster.unflushed) == {"faster than CUPTI"}
 
 
 @pytest.mark.parametrize(("values", "expected"), [
-    ({}, "no difference detected"),
-    ({"all-none": 20.0, "kernels": 2}, "flush +20.0 % (also between its kernels)"),
-    ({"none-CUPTI": 10.0, "clock none MHz": 1755.0}, "the clock can account for it (up to +12.8 %)"),
-    ({"none-CUPTI": 10.0}, "1,980 of 1,980 MHz: more than the clock can explain (up to +0.0 %)"),
-    ({"none-CUPTI": 20.0, "none-CUPTI ±": 2.0, "clock none MHz": 1755.0}, "more than the clock can explain (up to +12.8 %)"),
-    ({"none-CUPTI": -5.0}, "unflushed -5.0 % at 1,980 of 1,980 MHz: faster than CUPTI"),
-], ids=["nothing", "flush, split-K", "slow clock", "clock at max", "gap above the clock's bound", "faster"])
-def test_the_clock_column_is_read_against_the_rated_maximum(values, expected):
-    assert expected in ANALYSIS.reading(row(**values))
+    ({}, "unflushed +0.0 % = +0.00 us per kernel: no difference detected"),
+    ({"all-none": 20.0, "kernels": 2}, "flush +20.0 % (also between its kernels); unflushed"),
+    ({"all-none": -3.0}, "flush -3.0 %; unflushed"),
+], ids=["nothing", "flush, split-K", "flush, one kernel"])
+def test_the_reading_names_the_flush_only_where_its_interval_excludes_0(values, expected):
+    r = {"kernels": 1, "all-none": 0.0, "all-none ±": 1.0, "none-CUPTI": 0.0, "us/kernel": 0.0,
+         "unflushed": "no difference detected", **values}
+    assert ANALYSIS.reading(r).startswith(expected)
 
 
-def test_event_clocks_subtract_cuptis_kernel_mean_over_the_same_launches():
+# --- verdicts that hold from one GPU run to the next ----------------------------------------------
+
+def agree(first: str, second: str) -> bool:
+    """Two runs' verdicts agree, or one of them says the difference is not distinguishable."""
+    return first == second or any(word in (first, second) for word in ("no difference detected",
+                                                                       "no unflushed difference detected"))
+
+
+def section_3_verdicts(run: str) -> dict:
+    t = tables(run)
+    side = ANALYSIS.compare(t["cupti"], {"all": t["all"], "none": t["none"]})
+    return {"all kernels": ANALYSIS.overhead(side).split(" of about")[0].split(" (")[0],
+            **dict(zip(side.op, side.unflushed))}
+
+
+def test_section_3_gives_the_same_verdicts_on_two_separate_gpu_runs():
+    """Fails until tests/fixtures/run2 holds a second GPU run's 09 tables (workload-cupti/all/none)."""
+    first, second = section_3_verdicts("run1"), section_3_verdicts("run2")
+    assert first.keys() == second.keys()
+    assert all(agree(first[k], second[k]) for k in first), (first, second)
+
+
+def events(kept: pd.DataFrame) -> list:
+    return [tuple(row) for row in kept[["op", "events_ns", "wall_ns"]].itertuples(index=False)]
+
+
+def section_4(run: str) -> pd.DataFrame:
+    return ANALYSIS.event_clocks(events(fixture(f"{STEM}--events-cupti", run)[1]),
+                                 events(fixture(f"{STEM}--events-plain", run)[1]), tables(run)["cupti"])
+
+
+def test_section_4_describes_the_events_overhead_in_the_same_words_on_two_separate_gpu_runs():
+    """Fails until both runs keep section 4's launches (events-cupti and events-plain)."""
+    first, second = section_4("run1"), section_4("run2")
+    words = first.merge(second, on=["op", "profiler"], suffixes=("", " 2"))
+    # the same words, unless the two runs' overheads are not distinguishable (their 95 % intervals meet)
+    half = lambda sd: stats.t.ppf(0.975, 9) * sd / np.sqrt(10)  # noqa: E731
+    apart = abs(words["overhead us"] - words["overhead us 2"]) > half(words["SD us"]) + half(words["SD us 2"])
+    assert (words["in words"] == words["in words 2"])[apart].all(), words[["op", "profiler", "in words", "in words 2"]]
+
+
+def launches(op_us: dict, overhead_us: float, spread_us: float, seed: int) -> list:
+    """SYNTHETIC launches: per op, ten (op, events ns, wall ns) around kernel + overhead."""
+    rng = np.random.default_rng(seed)
+    return [(op, 1e3 * (us + overhead_us + rng.normal(0, spread_us)), 1e3 * (us + overhead_us + 15)) for op, us in
+            op_us.items() for _ in range(10)]
+
+
+def test_event_clocks_subtract_cuptis_kernel_mean_and_word_the_overhead():
     cupti = tables()["cupti"]
     kernel = ANALYSIS.times(cupti)["mean"]
-    events = [(op, 1e3 * us + 8000 + 100 * run, 1e3 * us + 30000) for op, us in kernel.items() for run in range(10)]
-    got = ANALYSIS.event_clocks(events, cupti)
-    assert got.op.tolist() == list(kernel.index)
-    assert got["overhead us"].to_numpy() == pytest.approx(np.full(len(kernel), 8.45))
-    assert got["wall us"].to_numpy() == pytest.approx((kernel + 30).to_numpy())
-    assert got["overhead %"].iloc[0] > got["overhead %"].iloc[-1]
+    exact = [(op, 1e3 * us + 8000 + 100 * run, 1e3 * us + 30000) for op, us in kernel.items() for run in range(10)]
+    got = ANALYSIS.event_clocks(launches(kernel, 40.0, 8.0, seed=1), exact, cupti).set_index(["op", "profiler"])
+    none = got.xs("none", level="profiler")
+    assert none.index.tolist() == list(kernel.index)
+    assert none["overhead us"].to_numpy() == pytest.approx(np.full(len(kernel), 8.45))
+    assert none["wall us"].to_numpy() == pytest.approx((kernel + 30).to_numpy())
+    assert none["SD us"].to_numpy() == pytest.approx(np.full(len(kernel), np.std(np.arange(10) * 0.1, ddof=1)))
+    assert set(none["in words"]) == {"a few us"}  # 8.45 us, scattered by 0.3 us: less than even the add lasts
+    traced = got.xs("CUPTI", level="profiler")["in words"]
+    assert traced["add"] == "tens of us, noisy"  # launches scatter by 8 us around a 1.5 us kernel
+    assert traced["matmul 4096"] == "tens of us"  # the same scatter is nothing to a 2.7 ms kernel
+
+
+@pytest.mark.parametrize(("overhead", "words"), [(3.0, "a few us"), (33.0, "tens of us"), (61.0, "tens of us"),
+                                                 (250.0, "hundreds of us"), (1500.0, "milliseconds")])
+def test_the_size_of_the_overhead_in_words(overhead, words):
+    op = {"add": 1.5}
+    cupti = timing(op, 0.05, 10).query(f"Metric == '{TIME}'")
+    got = ANALYSIS.event_clocks(launches(op, overhead, 0.0, 0), launches(op, overhead, 0.0, 0), cupti)
+    assert set(got["in words"]) == {words}
 
 
 # --- torch's libcupti, and cupti-python on Colab ---------------------------------------------

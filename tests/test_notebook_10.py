@@ -7,11 +7,23 @@
 * ``10_keeping_the_evidence--full-matmul``: section 2b's ``metric_table`` of the full report
   (candidate metric names that exist, with value and unit); :func:`key_metrics` must pick
   names that exist, prefer nothing that is absent, and print a clock in MHz and a time in us.
+  The report must carry warp execution efficiency and the rated clock (``device__attribute_clock_rate``):
+  tables kept before those were asked for lack them, and the tests that read them wait for a re-kept run.
+* Section 2b's cell itself runs here on a report faked from that table (no ncu, no GPU): its claims
+  about the base clock and the printed Speed Of Light section must hold on it, and fail where the
+  data say otherwise.
+* Every verdict is computed on two separate GPU runs' tables (``run1``, ``run2``) and must agree.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import json
+import re
+import sys
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -30,8 +42,9 @@ def notebook_constant(name: str):
     return ast.literal_eval(node.value)
 
 
-NB = functions(STEM, "read_back", "metric_table", "readable", "key_metrics",
-               pd=pd, evidence=evidence, ncu_cli=ncu_cli, QUESTIONS=notebook_constant("QUESTIONS"))
+NB = functions(STEM, "read_back", "residency", "metric_table", "readable", "key_metrics", "hmma_counts_wgmma",
+               "clocks_mhz", pd=pd, evidence=evidence, ncu_cli=ncu_cli, QUESTIONS=notebook_constant("QUESTIONS"))
+WARP, RATED = "smsp__thread_inst_executed_per_inst_executed.ratio", "device__attribute_clock_rate"
 
 
 def write_csvs(table: pd.DataFrame, folder, runs: int) -> str:
@@ -79,14 +92,33 @@ def test_readable_units(value, unit, shown):
     assert NB.readable(value, unit) == shown
 
 
+@pytest.mark.parametrize("metric, value, unit, shown", [
+    (WARP, 32.0, "", "32.0 of 32 threads (100 %)"),
+    (WARP, 19.2, "thread", "19.2 of 32 threads (60 %)"),
+    (RATED, 1980000.0, "", "1,980 MHz"),  # kHz, whatever unit the report prints, as nsight-python reads it
+    (RATED, 1590000.0, "khz", "1,590 MHz"),
+])
+def test_readable_names_the_warp_efficiency_and_reads_the_rated_clock_in_khz(metric, value, unit, shown):
+    assert NB.readable(value, unit, metric) == shown
+
+
+@pytest.mark.parametrize("n, l2_mib, where", [
+    (1 << 20, 50, "L2-resident"),  # 8 MiB moved: fits in an H200's L2
+    (1 << 24, 50, "DRAM"),         # 128 MiB: does not
+    (1 << 20, 4, "DRAM"),          # the same 1M elements on a GPU with a 4 MiB L2 (a T4's)
+])
+def test_a_rate_is_called_l2_resident_only_where_the_bytes_fit_in_this_gpus_l2(n, l2_mib, where):
+    assert NB.residency(n, l2_mib * 2**20).startswith(where)
+
+
 def test_key_metrics_use_only_names_the_report_has():
     _, found = fixture(f"{STEM}--full-matmul")
     answers = NB.key_metrics(found).set_index("question")
     have = set(found.metric)
     used = [m for m in answers["metric used"] if m != "-"]
     assert set(used) <= have
-    assert answers.value["SM clock"].endswith("MHz") and answers.value["duration"].endswith("us")
-    clock = float(answers.value["SM clock"].split()[0].replace(",", ""))
+    assert answers.value["SM clock (measured)"].endswith("MHz") and answers.value["duration"].endswith("us")
+    clock = float(answers.value["SM clock (measured)"].split()[0].replace(",", ""))
     assert 100 < clock < 5000
     if any("op_gmma" in m for m in have):  # a Hopper report: the wgmma row reads a GMMA metric
         assert "gmma" in answers["metric used"]["wgmma instructions issued (GMMA)"]
@@ -135,3 +167,160 @@ def test_the_module_defines_both_workloads_and_replays_them_for_ncu(tmp_path):
     module = import_module(STEM, "evidence_kernels", tmp_path)
     assert callable(module.stream) and callable(module.matmul)
     assert "ncu_cli.replay(globals())" in module_source(STEM, "evidence_kernels")
+
+
+def test_the_full_report_answers_warp_efficiency_and_the_rated_clock():
+    """Fails until the full-matmul fixture is kept again with the new key metrics (WARP and RATED)."""
+    _, found = fixture(f"{STEM}--full-matmul")
+    answers = NB.key_metrics(found).set_index("question").value
+    assert answers["warp execution efficiency"].endswith("threads)") and answers["rated maximum clock"].endswith("MHz")
+    ran, top = NB.clocks_mhz(found)
+    assert 100 < ran < top  # ncu's default --clock-control base: below the rated maximum
+
+
+def with_metrics(found: pd.DataFrame, **values) -> pd.DataFrame:
+    """``found`` with metrics set (SYNTHETIC additions to a kept table: name=(value, unit))."""
+    kept = found[~found.metric.isin(values)]
+    return pd.concat([kept, pd.DataFrame([(m, v, u) for m, (v, u) in values.items()], columns=kept.columns)])
+
+
+def test_clocks_mhz_reads_the_measured_clock_and_the_rated_one_from_the_report():
+    _, found = fixture(f"{STEM}--full-matmul")
+    both = with_metrics(found, **{RATED: (1980000.0, "khz")})
+    ran, top = NB.clocks_mhz(both)
+    assert top == pytest.approx(1980.0)
+    assert ran == pytest.approx(ncu_cli.to_base_units(*found.set_index("metric").loc[
+        "gpc__cycles_elapsed.avg.per_second", ["value", "unit"]]) / 1e6)
+    assert NB.clocks_mhz(found[found.metric != RATED]) is None  # no rated clock: nothing to compare
+    no_clock = both[~both.metric.str.endswith("cycles_elapsed.avg.per_second")]
+    assert NB.clocks_mhz(no_clock) is None
+
+
+def test_hmma_counts_wgmma_only_where_the_hmma_pipe_matches_any_tensor_pipe_while_wgmma_ran():
+    _, found = fixture(f"{STEM}--full-matmul")
+    hmma = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+    gmma = "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active"
+    assert NB.hmma_counts_wgmma(found)  # the kept H200 report: 95 % HMMA = 95 % any, with wgmma issued
+    assert not NB.hmma_counts_wgmma(with_metrics(found, **{hmma: (40.0, "%")}))  # another pipe carried the rest
+    assert not NB.hmma_counts_wgmma(with_metrics(found, **{gmma: (0.0, "%")}))  # mma.sync only (e.g. Ampere)
+    assert not NB.hmma_counts_wgmma(found[found.metric != hmma])
+
+
+# --- section 2b's cell, on a report faked from a kept table -------------------------------------
+
+class Recorder:
+    """What the cell uses from ``nt``: a section that records its claims and result."""
+
+    def __init__(self):
+        self.claims, self.result = [], None
+
+    @contextlib.contextmanager
+    def section(self, name):
+        yield self
+
+    def claim(self, condition, statement, evidence=""):
+        self.claims.append((bool(condition), statement))
+
+    @staticmethod
+    def rules(source):
+        return f"measured by {source}"
+
+    @staticmethod
+    def short_kernel_name(name):
+        return name
+
+
+SOL = """  nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_TNN (132, 2, 1)x(384, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Section: GPU Speed Of Light Throughput
+    ----------------------- ----------- ------------
+    Metric Name             Metric Unit Metric Value
+    ----------------------- ----------- ------------
+    SM Frequency                    Ghz         1.25
+    Duration                         us       223.71
+    Compute (SM) Throughput           %        90.50
+    ----------------------- ----------- ------------
+"""
+
+
+def section_2b(tmp_path, monkeypatch, found: pd.DataFrame, page: str = SOL) -> Recorder:
+    """Run 10 section 2b's cell with ncu and ncu_report faked: the report holds `found` (and padding metrics)."""
+    monkeypatch.chdir(tmp_path)
+    metrics = {m: FakeMetric(v, u) for m, v, u in found.itertuples(index=False)}
+    action = FakeAction({**metrics, **{f"padding__metric_{i}": FakeMetric(0.0, "") for i in range(200)}})
+    action.name = lambda: "nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_TNN"
+    action.metric_by_name = action.get
+    report = SimpleNamespace(num_ranges=lambda: 1, range_by_idx=lambda i: SimpleNamespace(
+        num_actions=lambda: 1, action_by_idx=lambda j: action))
+
+    def run(cmd, timeout=600):
+        if "--import" in cmd:
+            return page
+        (tmp_path / "evidence" / "full-matmul.ncu-rep").write_bytes(b"fake")
+        return ""
+
+    (tmp_path / "evidence").mkdir()
+    nt = Recorder()
+    text = source(STEM)
+    cell = re.search(r"^with nt\.section\(\"2b\..*?(?=^# %%)", text, flags=re.M | re.S).group(0)
+    env = SimpleNamespace(require=lambda *a, **k: None, ncu_path="/opt/ncu", ncu_version=(2025, 3))
+    namespace = dict(nt=nt, ENV=env, EVIDENCE=tmp_path / "evidence",
+                     ncu_cli=SimpleNamespace(run=run, command_text=ncu_cli.command_text,
+                                             to_base_units=ncu_cli.to_base_units),
+                     ncu_report=SimpleNamespace(load_report=lambda path: report),
+                     evidence=SimpleNamespace(check_loaded=lambda *a, **k: None), json=json, sys=sys, time=time,
+                     N_FULL=4096, TIME="gpu__time_duration.sum", NSIGHT_REPORT_METRICS=None, pd=pd,
+                     actions_of=lambda r: [action], **{name: getattr(NB, name) for name in (
+                         "metric_table", "key_metrics", "clocks_mhz", "hmma_counts_wgmma")},
+                     QUESTIONS=notebook_constant("QUESTIONS"))
+    exec(compile(cell, "10 section 2b", "exec"), namespace)  # noqa: S102
+    return nt
+
+
+def kept_report(rated_khz: float = 1980000.0) -> pd.DataFrame:
+    """The kept full-matmul table, with the two new metrics added where it lacks them (SYNTHETIC values)."""
+    _, found = fixture(f"{STEM}--full-matmul")
+    return with_metrics(found, **{WARP: (31.9, ""), RATED: (rated_khz, "khz")})
+
+
+def test_section_2b_prints_the_base_clock_beside_the_duration_and_the_speed_of_light_section(tmp_path, monkeypatch,
+                                                                                              capsys):
+    nt = section_2b(tmp_path, monkeypatch, kept_report())
+    printed = capsys.readouterr().out
+    assert all(ok for ok, _ in nt.claims), nt.claims
+    assert re.search(r"duration [\d.]+ us at 1,25\d of 1,980 MHz \(63 %\): the clock ncu locked to base", printed)
+    assert "$ /opt/ncu --import" in printed and "--page details --section SpeedOfLight" in printed
+    assert printed.count("--page details") == 1 and "Section: GPU Speed Of Light Throughput" in printed
+    assert "its counters include wgmma work" in printed
+    assert "warp execution efficiency 31.9 of 32 threads" in nt.result and "rated maximum clock 1,980 MHz" in nt.result
+
+
+@pytest.mark.parametrize("page, rated, failing", [
+    (SOL, 1254000.0, "below the GPU's rated maximum clock"),         # the report ran at its rated clock: no base lock
+    ("==WARNING== no section matched\n", 1980000.0, "Speed Of Light section"),  # an ncu that printed no such section
+], ids=["clock not below the maximum", "no Speed Of Light section printed"])
+def test_section_2b_claims_fail_where_the_data_say_otherwise(tmp_path, monkeypatch, page, rated, failing):
+    nt = section_2b(tmp_path, monkeypatch, kept_report(rated), page=page)
+    assert [statement for ok, statement in nt.claims if not ok] == [s for ok, s in nt.claims if failing in s]
+    assert any(failing in statement for ok, statement in nt.claims if not ok)
+
+
+# --- verdicts that hold from one GPU run to the next ----------------------------------------------
+
+def verdicts(run: str) -> dict:
+    """What sections 1 and 2b conclude from one GPU run's kept tables."""
+    call, table = fixture(f"{STEM}--stream", run)
+    _, found = fixture(f"{STEM}--full-matmul", run)
+    answers = NB.key_metrics(found).set_index("question")
+    busy = found[found.metric.str.contains("pipe_tensor") & found.metric.str.contains("cycles_active")]
+    clocks = NB.clocks_mhz(found)
+    return {"derived rows": sorted(table[table.Metric == "gb_per_s"].Unit.unique()),
+            "metrics used": list(answers["metric used"]), "tensor cores busy > 20 %": bool(busy.value.max() > 20),
+            "HMMA counters include wgmma": NB.hmma_counts_wgmma(found),
+            "below the rated clock": None if clocks is None else clocks[0] < clocks[1]}
+
+
+def test_sections_1_and_2b_give_the_same_verdicts_on_two_separate_gpu_runs():
+    """Fails until tests/fixtures/run2 holds a second GPU run's 10 tables (and both carry the new metrics)."""
+    first, second = verdicts("run1"), verdicts("run2")
+    assert first == second
+    assert first["below the rated clock"] is True

@@ -5,7 +5,8 @@
 # - how to attach your own values to every measurement with
 #   `@nsight.experimental.collect(scope=...)` at each of the four scopes -- `ONCE`,
 #   `CONFIG`, `RUN`, `ANNOTATION` -- and where each value lands: a plain column, four
-#   aggregated `<name>_Avg/_Std/_Min/_Max` columns, the per-run CSV, `collected_info.pkl`;
+#   aggregated `<name>_Avg/_Std/_Min/_Max` columns, the per-run CSV (and, with nsight-python
+#   1.1.0 only, `collected_info.pkl`);
 # - which collector names nsight-python refuses, and that a collector that *raises* only
 #   gets a warning and an empty column;
 # - what the first `RUN`-scope sample of the SM clock says after the GPU sat idle, and what
@@ -25,8 +26,8 @@
 {{SETUP}}
 
 # %%
-import pickle
 import time
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import nsight
@@ -34,7 +35,6 @@ import numpy as np
 import pandas as pd
 import pynvml
 import torch
-from IPython.display import display
 from nsight import thermovision
 from scipy import stats
 
@@ -52,11 +52,6 @@ if ENV.has_gpu:
     # three n x n fp16 matrices: 8192 -> 384 MiB of the GPU's free memory
     N_HEAT = 8192 if torch.cuda.mem_get_info()[0] >= 2 * 2**30 else 4096
     print(f"heating workload: {N_HEAT}^3 fp16 matmuls, {HEAT_S} s per run, {RUNS} runs per series")
-
-
-def add(x, y):
-    """combine_kernel_metrics: if cuBLAS splits one matmul into several kernels, sum them."""
-    return x + y
 
 # %% [markdown]
 # ## 1. Four scopes, and where each value lands
@@ -80,7 +75,10 @@ def add(x, y):
 #   `<name>_Avg`, `_Std`, `_Min`, `_Max`, computed over the runs of each row -- a `CONFIG`
 #   value gets them too, with `_Std` = 0;
 # - the per-run CSV (`output_csv=True`) keeps the raw value of every run, one column per
-#   collector; `collected_info.pkl` (next to it) keeps the raw records per run.
+#   collector. nsight-python 1.1.0 also writes `collected_info.pkl` next to it, the raw records
+#   per run, and reads the values back from that file; 1.1.1 and later pass them in memory and
+#   write no such file. So read collector values from the table (`to_dataframe()`, the CSVs),
+#   not from the pickle: the cell opens it only where it exists, and says which case it met.
 #
 # NVML reports power in **milliwatts**; `power_w` divides by 1000. The collectors read the
 # GPU this process runs on (`nt.nvml_handle()`, matched by UUID), not NVML's device 0. The
@@ -155,10 +153,12 @@ def scopes(n: int) -> None:
 
 with nt.section("1. Collectors at four scopes: where each value lands") as s:
     ENV.require("profiler")
+    pkl = Path(f"{SCOPES_DIR}collected_info.pkl")
+    pkl.unlink(missing_ok=True)  # so that a pickle found below was written by this call
     df = scopes().to_dataframe()
     raw = pd.read_csv(evidence.newest_output(SCOPES_DIR, "profiled_data", "scopes"))
     print(f"  {nt.rules(ENV.backend)}\n\n  per-run CSV (one row per annotation x configuration x run; first 6 rows):")
-    display(raw[["Annotation", "n", "Value", "driver_version", "size_label"] + NUMERIC].head(6))
+    print(raw[["Annotation", "n", "Value", "driver_version", "size_label"] + NUMERIC].head(6).to_string(index=False))
     has_data = [c for c in NUMERIC if raw[c].notna().any()]
     print(f"  collectors that raised (nsight-python only warned and stored None): {sorted(set(NUMERIC) - set(has_data))}"
           "\n\n  to_dataframe(), collector columns:")
@@ -182,10 +182,12 @@ with nt.section("1. Collectors at four scopes: where each value lands") as s:
     nt.claim(np.allclose(theirs.to_numpy(float), mine.to_numpy(float), equal_nan=True),
              "the aggregated columns are the mean, std (n-1), min and max of the per-run CSV's values",
              f"{len(has_data)} collectors x 4 statistics x {len(mine)} rows")
-    with open(f"{SCOPES_DIR}collected_info.pkl", "rb") as f:
-        info = pickle.load(f)
-    print(f"\n  collected_info.pkl: {len(info)} records (one per configuration and run); the first:\n    {info[0]}")
-    nt.claim(len(info) == len(SIZES) * SCOPE_RUNS, "collected_info.pkl keeps one raw record per configuration and run")
+    if pkl.exists():  # nsight-python 1.1.0 writes it; 1.1.1 and later pass the values in memory and write none
+        info = pd.read_pickle(pkl)
+        print(f"\n  collected_info.pkl: {len(info)} records (one per configuration and run); the first:\n    {info[0]}")
+        nt.claim(len(info) == len(SIZES) * SCOPE_RUNS, "collected_info.pkl has a raw record per configuration and run")
+    else:
+        print(f"\n  no collected_info.pkl (nsight-python {nsight.__version__}): the values above are the table's")
     s.result = (f"{len(has_data)} numeric collectors -> 4 columns each; driver {df.driver_version.iloc[0]}; "
                 f"SM clock {int(raw.sm_clock_mhz.min())}-{int(raw.sm_clock_mhz.max())} MHz over {len(raw)} rows")
 
@@ -221,7 +223,6 @@ with nt.section("1b. Collector names that clash are refused at decoration") as s
     nt.claim(all(refused.values()), "both names are refused when the decorator is applied")
     reserved = sorted(nsight.info_collector.RESERVED_COLUMN_NAMES)
     print(f"\n  reserved names ({len(reserved)}): {', '.join(reserved)}")
-    del n, GPU
     s.result = f"a parameter name and a reserved column ('GPU') are refused; {len(reserved)} reserved names"
 
 # %% [markdown]
@@ -274,8 +275,9 @@ def profile_heated(mode: str) -> dict:
     collectors = [run_start_s, sm_clock_mhz, gpu_temp_c, power_w, clock_at_entry_mhz]
     collectors += [headroom_c, headroom_at_entry_c] if THERMO_OK else []
 
-    @nsight.analyze.kernel(runs=RUNS, thermal_mode=mode, verbosity=SILENT, combine_kernel_metrics=add,
-                           output_prefix=f"thermal_{mode}/", output_csv=True, info_collectors=collectors)
+    @nsight.analyze.kernel(runs=RUNS, thermal_mode=mode, verbosity=SILENT, output_prefix=f"thermal_{mode}/",
+                           output_csv=True, info_collectors=collectors,
+                           combine_kernel_metrics=lambda x, y: x + y)  # if cuBLAS splits the matmul: sum its kernels
     def heated(n: int) -> None:
         a = torch.randn(n, n, device="cuda", dtype=torch.float16)
         b = torch.randn(n, n, device="cuda", dtype=torch.float16)
@@ -401,8 +403,7 @@ with nt.section("3. thermal_mode off vs auto: spread, wall time, headroom") as s
         raise nt.Skip("section 2 did not run, so there is no thermal_mode='off' series to compare with",
                       "run section 2 first (see its SKIPPED reason)", needs="profiler")
     wait, cont = THERMO.thermal_wait, THERMO.thermal_cont
-    nt.claim((wait, cont) == (10, 20), "nsight pauses at <= 10 C of headroom and resumes at 20 C by default",
-             f"thermal_wait={wait}, thermal_cont={cont}")
+    nt.claim((wait, cont) == (10, 20), "nsight's defaults: pause at 10 C of headroom, resume at 20 C", f"{wait}/{cont}")
     AUTO = profile_heated("auto")
     print(f"  {nt.rules(ENV.backend)}; power cap the GPU enforces: {LIMIT_W:.0f} W (nvmlDeviceGetEnforcedPowerLimit)\n")
     table = pd.DataFrame([summarise(OFF), summarise(AUTO)])
@@ -505,10 +506,11 @@ with nt.section("4. Plot: time, SM clock and temperature per run; rank correlati
         axes[1].plot(raw.sm_clock_mhz, "x", ms=5, color=f"C{i}", label=f"{mode}: RUN sample")
         axes[2].plot(raw.gpu_temp_c, "o-", ms=3, color=f"C{i}", label=mode)
     for ax, label in zip(axes, ("kernel time (us)", "SM clock (MHz)", "GPU temperature (C)")):
-        ax.set_ylabel(label); ax.legend(fontsize=7)
+        ax.set(ylabel=label)
+        ax.legend(fontsize=7)
     axes[2].set_xlabel("run")
     axes[0].set_title(f"{N_HEAT}^3 fp16 matmul after {HEAT_S} s of load per run ({ENV.backend} backend)")
-    plt.tight_layout(); plt.show()
+    plt.tight_layout()
     corr = correlation_table(series, pool=POOL and len(series) == 2)  # POOL: auto never paused (section 3)
     pooled = "off and auto pooled, as auto never paused" if POOL and len(series) == 2 else "per series"
     m = int(corr.p.notna().sum())

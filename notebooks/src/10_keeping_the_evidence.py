@@ -11,8 +11,9 @@
 #   Compute backend is active, and a **full** report (`ncu --set full`) from the command line,
 #   which works with any ncu, old ones included;
 # - the handful of metrics in a full report that matter first (duration, SM and DRAM
-#   throughput, achieved occupancy, clock, tensor pipe use), and how to find the right name
-#   when names differ between GPUs and ncu versions;
+#   throughput, achieved occupancy, warp execution efficiency, clock, tensor pipe use), how to
+#   find the right name when names differ between GPUs and ncu versions, and the report's
+#   Speed Of Light section printed as text, as the GUI would show it;
 # - that `ncu_report` opens a file it cannot read *without an error*, and how to tell; what
 #   to do when the reader (`ncu-report`) is older than the ncu that wrote the report;
 # - how to pack one investigation -- environment, CSVs, report, plots, the profiled module --
@@ -97,7 +98,7 @@ import evidence_kernels as ek  # written by the cell above, into the work folder
 # | `profiled_data-<fn>-<k>.csv` | every run: one row per annotation × configuration × run × metric, with the raw `Value` |
 # | `processed_data-<fn>-<k>.csv` | the aggregated table, the same as `to_dataframe()` |
 # | `ncu-output-<fn>-<k>.ncu-rep` and `.log` | Nsight Compute backend only: its report and log |
-# | `collected_info.pkl` | only with `info_collectors` (notebook 08); note it has no `<fn>-<k>` in its name |
+# | `collected_info.pkl` | with `info_collectors` (notebook 08), nsight-python 1.1.0 only; no `<fn>-<k>` in its name |
 #
 # `<k>` counts the calls of that decorated function in this Python process (0, 1, 2, ...),
 # so calling it again does not overwrite the first call's files. We read both CSVs back with
@@ -107,6 +108,10 @@ import evidence_kernels as ek  # written by the cell above, into the work folder
 # "580.10", say) comes back as a number. The comparison treats missing values as equal
 # whatever their spelling, and prints every dtype that changed. Look also at the derived
 # metric's rows: `derive_metric` adds a metric named after the function, with its own unit.
+# Its GB/s counts bytes, not where they came from: where the 8 bytes per element of a size fit
+# in the L2 (the setup cell printed its size), the kernel works **L2-resident** (a warm input
+# with CUPTI; with Nsight Compute's flush, an output the L2 absorbs), so that rate is not the
+# DRAM's. The cell labels each size.
 
 # %%
 SIZES = [1 << 20, 1 << 24]
@@ -118,6 +123,11 @@ NSIGHT_REPORT_METRICS = None
 def gb_per_s(time_ns, n):
     """derive_metric: each element is read once and written once (4 + 4 bytes); bytes/ns = GB/s."""
     return 8 * n / time_ns, "GB/s"
+
+
+def residency(n: int, l2_bytes: int) -> str:
+    """Where n floats read once and written once (8 n bytes) can live during the kernel: the L2, or only DRAM."""
+    return "L2-resident (fits in the L2)" if 8 * n <= l2_bytes else "DRAM (larger than the L2)"
 
 
 def read_back(table: pd.DataFrame, prefix: str, function: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -132,7 +142,9 @@ with nt.section("1. output_prefix + output_csv: the files, read back") as s:
                                    derive_metric=gb_per_s, output_prefix=PREFIX, output_csv=True)(ek.stream)
     DF = stream().to_dataframe()
     print(f"  {nt.rules(ENV.backend)}\n\n  derive_metric's rows of to_dataframe():")
-    print(DF[DF.Metric == "gb_per_s"][["Annotation", "n", "AvgValue", "Unit", "RelativeStdDevPct"]].round(2).to_string(index=False))
+    rates = DF[DF.Metric == "gb_per_s"][["Annotation", "n", "AvgValue", "Unit", "RelativeStdDevPct"]]
+    where = [residency(n, ENV.facts.l2_bytes) for n in rates.n]  # not the DRAM's rate where it fits in the L2
+    print(rates.assign(where=where).round(2).to_string(index=False))
     RAW, back, diff = read_back(DF, PREFIX, "stream")
     metrics = list(RAW.Metric.unique())
     print(f"\n  per-run CSV: {len(RAW)} rows, metrics {metrics}, columns {list(RAW.columns)}")
@@ -222,7 +234,11 @@ with nt.section("2a. nsight-python's own report (Nsight Compute backend)") as s:
 # including one too old for nsight-python's backend. `--set full` replays each kernel some
 # 40 times to collect every section, so we profile **one** launch: `--nvtx-include` keeps only
 # kernels inside nsight-python's annotation (the matrices are made outside it). The command
-# line's defaults apply: caches flushed, clocks locked to base (notebook 04).
+# line's defaults apply: caches flushed, clocks locked to **base** (`--clock-control base`,
+# notebook 04), so every duration in this report is the kernel's at the base clock, below what
+# it reaches with free clocks (datasheet, for example: a T4's base clock is 585 of 1,590 MHz).
+# The cell prints the clock the report measured beside the GPU's rated maximum
+# (`device__attribute_clock_rate`, nsight-python's `ComputeClock`), next to the duration.
 #
 # Then the metrics that answer the first questions about a kernel. Metric names differ
 # between GPU generations and ncu versions, so each question lists candidate names; the
@@ -233,8 +249,9 @@ with nt.section("2a. nsight-python's own report (Nsight Compute backend)") as s:
 # | how long? | `gpu__time_duration.sum` |
 # | how busy were the SMs, the memory? (% of peak) | `sm__throughput`, `gpu__dram_throughput`, `gpu__compute_memory_throughput` (`.avg.pct_of_peak_sustained_elapsed`) |
 # | how full were the SMs? (achieved occupancy) | `sm__warps_active.avg.pct_of_peak_sustained_active` |
-# | at what clock? | `gpc__cycles_elapsed.avg.per_second`, shown in MHz |
-# | did it use the tensor cores? | `sm__pipe_tensor_cycles_active` (cycles any tensor pipe was busy), `sm__pipe_tensor_op_hmma_cycles_active` (the fp16/bf16 pipe), `sm__inst_executed_pipe_tensor_op_gmma` (Hopper's warpgroup `wgmma` instructions issued) |
+# | how many of a warp's 32 threads does each instruction use? (warp execution efficiency) | `smsp__thread_inst_executed_per_inst_executed.ratio` |
+# | at what clock, of which maximum? | `gpc__cycles_elapsed.avg.per_second` and `device__attribute_clock_rate`, in MHz |
+# | did it use the tensor cores? | `sm__pipe_tensor_cycles_active` (cycles any tensor pipe was busy), `sm__pipe_tensor_op_hmma_cycles_active` (the HMMA pipe: fp16/bf16), `sm__inst_executed_pipe_tensor_op_gmma` (Hopper's warpgroup `wgmma` instructions issued) |
 #
 # Two kinds of tensor metric answer different questions. A `cycles_active` metric says how
 # often a pipe was busy; an `inst_executed` one how many instructions were issued, as a share
@@ -243,7 +260,10 @@ with nt.section("2a. nsight-python's own report (Nsight Compute backend)") as s:
 # cycles: so their instruction share reads far below the pipe's busy cycles. Look at the
 # table: which pipe's busy cycles follow the GEMM, and how far the `wgmma` instruction share
 # sits below them. Judge "did it use the tensor cores" by busy cycles, and read the names:
-# an ncu version may not offer a busy-cycles metric for every instruction type.
+# an ncu version may not offer a busy-cycles metric for every instruction type. The HMMA
+# pipe's metrics are named after `mma.sync`'s HMMA instructions, but on Hopper they count
+# `wgmma` work too: where the HMMA pipe is as busy as "any tensor pipe", the cell says so, and
+# its instruction share is not a count of `mma.sync`.
 # Achieved occupancy is low for a `wgmma` GEMM by design: each SM holds a few large
 # warpgroups that keep big tiles in registers and shared memory, so judge such a kernel by
 # its tensor-pipe activity, not by its occupancy.
@@ -258,11 +278,14 @@ QUESTIONS = {  # question -> candidate metric names, the first one present is us
                         "dram__throughput.avg.pct_of_peak_sustained_elapsed"],
     "memory throughput": ["gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"],
     "achieved occupancy": ["sm__warps_active.avg.pct_of_peak_sustained_active"],
-    "SM clock": ["gpc__cycles_elapsed.avg.per_second", "sm__cycles_elapsed.avg.per_second"],
+    "SM clock (measured)": ["gpc__cycles_elapsed.avg.per_second", "sm__cycles_elapsed.avg.per_second"],
     "tensor pipe busy, any": ["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"],
-    "fp16/bf16 pipe busy (HMMA)": ["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"],
+    "HMMA pipe busy (fp16/bf16; wgmma too on Hopper)":
+        ["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"],
     "wgmma instructions issued (GMMA)": ["sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active"],
-    "mma.sync instructions issued (HMMA)": ["sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"],
+    "HMMA pipe instructions issued": ["sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"],
+    "warp execution efficiency": ["smsp__thread_inst_executed_per_inst_executed.ratio"],
+    "rated maximum clock": ["device__attribute_clock_rate"],
 }
 
 
@@ -273,8 +296,12 @@ def metric_table(action) -> pd.DataFrame:
     return pd.DataFrame([(m, action[m].value(), action[m].unit()) for m in names], columns=["metric", "value", "unit"])
 
 
-def readable(value, unit: str) -> str:
-    """A value as one reads it: a percentage as is, a time in us, a frequency in MHz."""
+def readable(value, unit: str, metric: str = "") -> str:
+    """A value as one reads it: a percentage as is, a time in us, a frequency in MHz, threads of a warp's 32."""
+    if metric.endswith("per_inst_executed.ratio"):  # threads that execute each warp instruction
+        return f"{value:.1f} of 32 threads ({100 * value / 32:.0f} %)"
+    if metric == "device__attribute_clock_rate":  # in kHz, as nsight-python reads it (its ComputeClock)
+        value, unit = value * 1e3, "hz"
     if unit == "%":
         return f"{value:.1f} %"
     if unit.lower().endswith("hz") or unit.startswith("cycle/"):
@@ -290,14 +317,35 @@ def key_metrics(found: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for question, names in QUESTIONS.items():
         name = next((m for m in names if m in have.index), None)
-        rows.append((question, name or "-", readable(have.value[name], have.unit[name]) if name else "not in this report"))
+        value = readable(have.value[name], have.unit[name], name) if name else "not in this report"
+        rows.append((question, name or "-", value))
     return pd.DataFrame(rows, columns=["question", "metric used", "value"])
+
+
+def hmma_counts_wgmma(found: pd.DataFrame) -> bool:
+    """Whether the HMMA pipe was as busy as any tensor pipe (within 1 point) while wgmma instructions were issued."""
+    pct = found.set_index("metric").value.to_dict()
+    hmma, anyp = (pct.get(f"sm__pipe_tensor{pipe}_cycles_active.avg.pct_of_peak_sustained_active")
+                  for pipe in ("_op_hmma", ""))
+    gmma = pct.get("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active", 0)
+    return None not in (hmma, anyp) and gmma > 0 and abs(hmma - anyp) < 1
+
+
+def clocks_mhz(found: pd.DataFrame) -> tuple[float, float] | None:
+    """(the clock the report measured the kernel at, the GPU's rated maximum) in MHz; None if the report lacks one."""
+    have = found.set_index("metric")
+    ran = next((m for m in QUESTIONS["SM clock (measured)"] if m in have.index), None)
+    if ran is None or "device__attribute_clock_rate" not in have.index:
+        return None
+    rated = have.value["device__attribute_clock_rate"] / 1e3  # kHz, as nsight-python reads it (its ComputeClock)
+    return ncu_cli.to_base_units(have.value[ran], have.unit[ran]) / 1e6, rated
 
 
 with nt.section("2b. The full report from the ncu command line (--set full)") as s:
     ENV.require("ncu-cli")
     FULL_REPORT = EVIDENCE / "full-matmul.ncu-rep"
     cmd = [ENV.ncu_path, "--set", "full",                                  # every section of the full set
+           "--metrics", "smsp__thread_inst_executed_per_inst_executed.ratio",  # and warp execution efficiency
            "--nvtx", "--nvtx-include", "regex:nsight-python@.+",             # only kernels inside nsight.annotate
            "-f", "-o", str(FULL_REPORT.with_suffix("")),                     # ncu adds .ncu-rep
            sys.executable, "evidence_kernels.py", "matmul", json.dumps([[N_FULL]]), "1"]  # matmul(4096), one run
@@ -315,8 +363,16 @@ with nt.section("2b. The full report from the ncu command line (--set full)") as
     found = metric_table(actions[0])
     answers = key_metrics(found)
     print(answers.to_string(index=False))
+    if clocks_mhz(found):  # the command line's default --clock-control base: durations at the base clock
+        ran, top = clocks_mhz(found)
+        print(f"\n  duration {answers.value[0]} at {ran:,.0f} of {top:,.0f} MHz ({100 * ran / top:.0f} %): the clock "
+              "ncu locked to base (--clock-control base, its default), not what the GPU reaches with clocks free")
+        nt.claim(ran < top, "under --clock-control base the kernel ran below the GPU's rated maximum clock",
+                 f"{ran:,.0f} of {top:,.0f} MHz")
     tensor = found[found.metric.str.contains("pipe_tensor")]
     print(f"\n  tensor-pipe % metrics in this report ({len(tensor)}): {list(tensor.metric)}")
+    if hmma_counts_wgmma(found):
+        print("  the HMMA pipe was as busy as any tensor pipe while wgmma ran: here its counters include wgmma work")
     nt.claim(actions[0].metric_by_name(TIME) is not None and len(names) > 100,
              "the report holds the launch, its duration and hundreds of other metrics", f"{len(names):,} metrics")
     if NSIGHT_REPORT_METRICS is not None:
@@ -326,9 +382,14 @@ with nt.section("2b. The full report from the ncu command line (--set full)") as
     if len(busy):
         nt.claim(busy.value.max() > 20, "the fp16 matmul ran on the tensor cores (a tensor pipe busy > 20 %)",
                  f"busiest: {busy.metric.iloc[busy.value.argmax()]} {busy.value.max():.1f} %")
+    sol = [ENV.ncu_path, "--import", str(FULL_REPORT), "--page", "details", "--section", "SpeedOfLight"]
+    page = ncu_cli.run(sol)  # the GUI's Details page, Speed Of Light section, as text (Colab has no GUI)
+    print(f"\n  $ {ncu_cli.command_text(sol)}\n{page}")
+    nt.claim("Speed Of Light" in page and "Duration" in page, "ncu --import prints the report's Speed Of Light section",
+             f"{len(page.splitlines())} lines")
     s.result = "; ".join(f"{q} {v}" for q, v in answers.set_index("question").value.items() if q in (
-        "duration", "SM clock", "achieved occupancy", "tensor pipe busy, any", "wgmma instructions issued (GMMA)")) + \
-        f"; ncu took {took:.0f} s"
+        "duration", "SM clock (measured)", "rated maximum clock", "achieved occupancy", "warp execution efficiency",
+        "tensor pipe busy, any")) + f"; ncu took {took:.0f} s"
 
 # %% [markdown]
 # **2c. Versions, and a report that cannot be read.** nsight-python refuses to start its
@@ -389,9 +450,10 @@ with nt.section("2c. Reader and writer versions; a file ncu_report cannot read")
 # it), unzip, then `ncu-ui full-matmul.ncu-rep` or *File → Open*. The **Details** page has
 # the sections the full set collected (GPU Speed Of Light, Compute and Memory Workload
 # Analysis, Occupancy, ...), with the rules' advice; **Source** shows SASS with
-# per-instruction metrics; **Raw** lists every metric. Without a GUI:
-# `ncu --import <report> --page details` prints the Details page, and `--page raw --csv`
-# prints every metric as CSV.
+# per-instruction metrics; **Raw** lists every metric. Without a GUI (Colab has none):
+# `ncu --import <report> --page details` prints the Details page (section 2b printed its
+# Speed Of Light section so, with `--section SpeedOfLight`), and `--page raw --csv` prints
+# every metric as CSV.
 
 # %%
 with nt.section("3. The evidence folder, zipped") as s:
@@ -454,9 +516,10 @@ with nt.section("3. The evidence folder, zipped") as s:
 #   in a folder of its own per investigation.
 # - A CSV keeps values, not types: read it back knowing which columns change dtype.
 # - nsight-python's own report holds only the metrics you asked for. For the full picture,
-#   run `ncu --set full -o` on the same module -- any ncu can. Check that a metric's name
-#   exists in the report before you read it, and judge tensor-core use by a pipe's busy cycles,
-#   not by an instruction count.
+#   run `ncu --set full -o` on the same module -- any ncu can; its durations are at the base
+#   clock unless you pass `--clock-control none`. Check that a metric's name exists in the
+#   report before you read it, and judge tensor-core use by a pipe's busy cycles, not by an
+#   instruction count; `ncu --import ... --page details` prints what the GUI would show.
 # - `ncu_report.load_report` does not fail on an unreadable file: check that ranges came out,
 #   and that the reader is not older than the ncu that wrote the report.
 # - One folder, one zip: environment, data, report, module, plots.
@@ -464,7 +527,8 @@ with nt.section("3. The evidence folder, zipped") as s:
 # ## Try it
 #
 # - Add `info_collectors` from notebook 08 to `stream` and look for `collected_info.pkl` in
-#   the folder -- and at what happens to it when a second function writes to the same prefix.
+#   the folder -- and at what happens to it when a second function writes to the same prefix
+#   (nsight-python 1.1.0 writes it; 1.1.1 and later keep the values in the table only).
 # - Add your own kernel to `evidence_kernels.py` (inside an `nsight.annotate`), point the
 #   command of section 2b at it, and open the zip's report in `ncu-ui`.
 #
