@@ -51,6 +51,8 @@ class Datasheet:
     fp8_tflops: Peak
     mem_bandwidth_gbs: Peak
     match: tuple[str, ...] = ()  # words a device name must contain for this row
+    clock_mhz: Peak = Peak(None)  # the SM clock the peaks are stated at (fp32; the tensor ones unless...)
+    tensor_clock_mhz: Peak = Peak(None)  # ...the datasheet states the tensor peaks at another clock
     source: str = ""
     matched_by: str = ""
 
@@ -59,6 +61,17 @@ class Datasheet:
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; use fp32, tf32, fp16, bf16 or fp8")
         return getattr(self, f"{precision}_tflops")
+
+    def peak_clock_mhz(self, precision: str) -> float | None:
+        """The SM clock (MHz) at which the ``precision`` peak is stated, None where the table does not say.
+
+        A kernel that ran at a clock f can reach at most ``peak x f / peak_clock_mhz``. fp32 is
+        stated at ``clock_mhz``; the tensor precisions at ``tensor_clock_mhz`` where the datasheet
+        states them at another clock (an H100 SXM: 1830 MHz against 1980), else at ``clock_mhz``.
+        """
+        self.peak_tflops(precision)  # the same check of the name
+        tensor = self.tensor_clock_mhz.value if precision != "fp32" else None
+        return tensor or self.clock_mhz.value
 
 
 def words(name: str) -> set[str]:
@@ -76,13 +89,15 @@ def load_datasheets(text: str | None = None) -> dict[str, Datasheet]:
         uncertain = set(row["uncertain"].split())
 
         def peak(column: str) -> Peak:
-            return Peak(float(row[column]) if row[column] else None, column in uncertain)
+            return Peak(float(row[column]) if row.get(column) else None, column in uncertain)
 
         sheets[row["gpu"]] = Datasheet(
             gpu=row["gpu"],
             names=tuple(name.strip() for name in row["device_names"].split(";") if name.strip()),
             **{f"{p}_tflops": peak(f"{p}_tflops") for p in PRECISIONS},
             mem_bandwidth_gbs=peak("mem_bandwidth_gbs"),
+            clock_mhz=peak("clock_mhz"),
+            tensor_clock_mhz=peak("tensor_clock_mhz"),
             match=tuple(sorted(words(row["match"]))),
             source=row["source"],
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 from importlib import resources
 
 import pytest
@@ -243,3 +244,22 @@ def test_peak_prints_its_value_and_uncertainty(peak, text):
 def test_device_facts_l2_mb_is_in_mebibytes():
     facts = DeviceFacts("NVIDIA H200", (9, 0), 132, 60 * 2**20, 141 * 2**30, 1980, 3201)
     assert facts.l2_mb == 60.0
+
+
+def test_the_peak_clock_is_the_one_the_datasheet_states_each_peak_at(sheets):
+    h200, t4 = sheets["H200 SXM"], sheets["T4"]
+    assert (h200.peak_clock_mhz("fp32"), h200.peak_clock_mhz("fp16"), h200.peak_clock_mhz("bf16")) == (1980, 1830, 1830)
+    assert t4.peak_clock_mhz("fp16") == t4.peak_clock_mhz("fp32") == 1590  # no separate tensor clock: the one clock
+    assert sheets["B200 (HGX)"].peak_clock_mhz("fp16") is None  # the table does not say
+    with pytest.raises(ValueError, match="unknown precision"):
+        h200.peak_clock_mhz("int8")
+
+
+def test_every_stated_tensor_peak_is_a_whole_power_of_two_flops_per_sm_cycle_at_its_clock():
+    """A check of the clock column against the peaks: SMs x flop/cycle/SM x clock = the datasheet figure
+    (H100/H200 SXM 132 SMs, T4 40, A100 108; within the datasheet's rounding)."""
+    sms = {"H200 SXM": 132, "H100 SXM5": 132, "T4": 40, "A100 SXM4 40GB": 108, "H100 PCIe": 114, "L4": 58}
+    sheets = load_datasheets()
+    for gpu, count in sms.items():
+        per_cycle = sheets[gpu].fp16_tflops.value * 1e12 / (count * sheets[gpu].peak_clock_mhz("fp16") * 1e6)
+        assert abs(per_cycle / 2 ** round(math.log2(per_cycle)) - 1) < 0.01, (gpu, per_cycle)

@@ -201,7 +201,6 @@ if __name__ == "__main__":
 
 # %%
 import os
-import subprocess
 import sys
 
 import cupti_ncu_kernels as ck
@@ -212,30 +211,26 @@ import pandas as pd
 from scipy import stats
 from torch.version import cuda as TORCH_CUDA
 
-from nspy_tutorial import backend, child, ncu_cli
+from nspy_tutorial import backend, child, lifetime, ncu_cli
 
 TIME, CLOCK = "gpu__time_duration.sum", "gpc__cycles_elapsed.avg.per_second"
-CUPTI_DIR = os.path.abspath("cupti_child_packages")  # cupti-python for the child only (Colab installs it here)
-CUPTI_INSTALL = [sys.executable, "-m", "pip", "install", "-q", "--target", CUPTI_DIR, "--no-deps",
-                 "cupti-python>=13.4", "nvidia-cuda-cupti~=13.4", "pyelftools"]
-CUPTI_REMEDY = f"`pip install 'nsight-python[cupti]'`, or for the child only: `{ncu_cli.command_text(CUPTI_INSTALL)}`"
+CUPTI_INSTALL = backend.cupti_install_command()  # the pinned cupti-python and libcupti 13.4, in a folder of their own
+CUPTI_REMEDY = f"`pip install 'nspy-tutorial[cupti]'`, or for the child only: `{ncu_cli.command_text(CUPTI_INSTALL)}`"
 CUPTI = NCU = PLAIN = None  # sections 1, 2 and 4 set them: each tool's measurement, and one with no profiler
 
 
 def cupti_child(function: str) -> dict:
-    """`python cupti_ncu_kernels.py cupti <function>`, with cupti-python from here or CUPTI_DIR (Colab: pip), else Skip."""
+    """`python cupti_ncu_kernels.py cupti <function>`, with cupti-python from here or its own folder (Colab: pip)."""
     if backend.cupti_problem(backend.find_cupti_library(), backend.cupti_python_available()):
-        if ENV.on_colab and not os.path.isdir(os.path.join(CUPTI_DIR, "cupti")):
+        if ENV.on_colab and backend.use_cupti_target()[1]:
             print(f"  $ {ncu_cli.command_text(CUPTI_INSTALL)}")
-            done = subprocess.run(CUPTI_INSTALL, capture_output=True, text=True, check=False)
-            if done.returncode:
-                raise nt.Skip(f"pip failed: {done.stderr.strip()[-200:]}", CUPTI_REMEDY, needs="cupti")
-        library = backend.find_cupti_library([CUPTI_DIR]) if os.path.isdir(CUPTI_DIR) else None
-        problem = backend.cupti_problem(library, os.path.isdir(os.path.join(CUPTI_DIR, "cupti")))
+            code, output = lifetime.run(CUPTI_INSTALL, dict(os.environ), 600)
+            if code:
+                raise nt.Skip(f"pip failed: {output.strip()[-200:]}", CUPTI_REMEDY, needs="cupti")
+        problem = backend.use_cupti_target()[1]  # on this process's path and its children's when usable
         if problem:
             raise nt.Skip(f"CUPTI cannot run in a child process here: {problem}", CUPTI_REMEDY, needs="cupti")
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (CUPTI_DIR, os.environ.get("PYTHONPATH")) if p)}
-    found = child.run_json("cupti_ncu_kernels.py", ["cupti", function], env=env, timeout=300)
+    found = child.run_json("cupti_ncu_kernels.py", ["cupti", function], timeout=300)
     print(f"  CUPTI child: NSPY_NCU_INIT_AT_IMPORT=0, preloaded {found['libcupti']}, then nsight, CUPTI, torch")
     return found | {"table": pd.DataFrame(**found["table"])} if "table" in found else found
 

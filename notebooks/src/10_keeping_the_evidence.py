@@ -209,7 +209,7 @@ with nt.section("2a. nsight-python's own report (Nsight Compute backend)") as s:
     if ENV.backend != "ncu":
         raise nt.Skip(f"the {ENV.backend} backend writes no .ncu-rep (only the Nsight Compute backend does; it did "
                       f"not load: {ENV.ncu_problem}); section 2b writes a full report with the ncu command line",
-                      nt.bootstrap.NCU_REMEDY, needs="ncu")
+                      nt.environment.NCU_REMEDY, needs="ncu")
     if RAW is None:
         raise nt.Skip("section 1 did not run, so nsight-python wrote no report",
                       "run section 1 first (see its SKIPPED reason)", needs="ncu")
