@@ -34,7 +34,8 @@ COMBINATIONS = [("all", "none"), ("none", "none"), ("all", "base")]
 PEAK_GBS = 2 * 3201e6 * 6144 / 8 / 1e9  # an H200's NVML memory clock and bus width
 FP16 = (989.4, 1830.0)  # an H200's fp16 datasheet peak (TFLOP/s) and the SM clock it is stated at (MHz)
 MATMUL_N = 4096  # cache_kernels.MATMUL_N, checked below
-ANALYSIS = ("per_configuration", "slowdown", "check_cache", "check_clock", "check_peak", "check_bandwidth",
+SMALL_N, LARGE_N = 3_932_160, 125_829_120  # the H200's sizes (L2/4 and 8 x L2 bytes of float32)
+ANALYSIS = ("per_run", "per_configuration", "slowdown", "check_cache", "check_clock", "check_peak", "check_bandwidth",
             "plot_times", "holm", "compare_spread", "check_spread")
 
 
@@ -123,16 +124,33 @@ def test_the_matmul_clock_is_read_from_the_matmuls_own_row(nb):
         assert table.loc[(*combo, "fp16 matmul"), "SM MHz"] == pytest.approx(hz.AvgValue.iloc[0] / 1e6)
 
 
-def test_a_combined_matmul_row_reads_the_mean_of_its_kernels_clocks(nb):
-    """combine_kernel_metrics=add sums every metric over the kernels of a run, the clock included."""
-    tables = scaled(kept_tables(), ("all", "none"), "fp16 matmul", "gpc__cycles_elapsed.avg.per_second", 2.0)
-    t = tables[("all", "none")]
-    t.loc[t.Annotation == "fp16 matmul", "Kernel"] = "gemm_splitK|splitKreduce_kernel"
-    table = nb.per_configuration(tables, MATMUL_N)
-    row = table[(table.kernel == "fp16 matmul") & (table.cache_control == "all") & (table.clock_control == "none")]
-    single = nb.per_configuration(kept_tables(), MATMUL_N)
-    same = single[(single.kernel == "fp16 matmul") & (single.cache_control == "all") & (single.clock_control == "none")]
-    assert row.kernels.iloc[0] == 2 and row["SM MHz"].iloc[0] == pytest.approx(same["SM MHz"].iloc[0])
+def test_a_split_matmul_run_reads_as_one_kernel_through_nsight_pythons_own_extraction(nb):
+    """cuBLAS may split the matmul: per_run (the notebook's combine_kernel_metrics) adds times and bytes and
+    weights the clock and the DRAM rate by each kernel's time; nsight-python's own extraction and aggregation
+    run for real on two SYNTHETIC runs."""
+    from nsight import extraction, transformation, utils
+    from nsight.utils import VerbosityLevel
+
+    metrics = list(constants("TIME", "SM_HZ", "DRAM_RATE", "DRAM_WRITE").values())
+    units = ["ns", "hz", "byte/s", "byte"]
+
+    def action(name, ns, hz, rate, written):
+        return utils.ActionData(name=name, values=np.array([ns, hz, rate, written]), compute_clock=1980000,
+                                memory_clock=3201000, gpu="NVIDIA H200", units=units)
+
+    def stream_and_matmul(small, large): ...
+
+    data = {"x * 2, fits in L2": [action("elementwise", 7000.0, 1.9e9, 1.1e12, 8e6)] * 2,
+            "x * 2, 8x L2": [action("elementwise", 238000.0, 1.9e9, 4.2e12, 5e8)] * 2,
+            "fp16 matmul": [action("gemm_splitK", 150000.0, 1.5e9, 6e11, 2e7),
+                            action("splitKreduce_kernel", 50000.0, 1.9e9, 2e12, 3e7)] * 2}
+    raw = extraction.extract_df_from_data(data, metrics, [(SMALL_N, LARGE_N)], 2, stream_and_matmul, None,
+                                          VerbosityLevel.SILENT, nb.per_run)
+    table = transformation.aggregate_data(raw, stream_and_matmul, None, VerbosityLevel.SILENT)
+    row = nb.per_configuration({("all", "none"): table}, MATMUL_N).set_index("kernel").loc["fp16 matmul"]
+    assert row.kernels == 2 and row.time_us == pytest.approx(200.0)
+    assert row["SM MHz"] == pytest.approx((150 * 1500 + 50 * 1900) / 200)  # cycles / time
+    assert row["TFLOP/s"] == pytest.approx(2 * MATMUL_N**3 / 200e-6 / 1e12)
 
 
 def test_the_peak_at_the_clock_scales_the_datasheet_peak_by_the_clock_it_is_stated_at(nb, capsys):
@@ -260,7 +278,6 @@ def test_the_bandwidth_claims_fail_above_the_peak_unless_the_dram_counters_expla
 # SYNTHETIC raw runs (not measured), shaped as nsight-python's per-run CSV of section 2: one row per
 # run, the configuration's columns ``n`` and ``flush``, the duration in ``Value`` (ns).
 
-SMALL_N, LARGE_N = 3_932_160, 125_829_120  # the H200's sizes (L2/4 and 8 x L2 bytes of float32)
 
 
 def raw_runs(seed: int, spreads: dict, outlier: float = 1.0) -> pd.DataFrame:

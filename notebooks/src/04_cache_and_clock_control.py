@@ -171,9 +171,10 @@ with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s
 # settings, one `ncu` run per combination (each command is printed), and reads each report
 # back with nsight-python's own code. Either way the result is nsight-python's
 # `to_dataframe()` table, and everything below reads that one table. The matmul may be
-# several cuBLAS kernels: `combine_kernel_metrics=add` sums them, right for its time; its
-# clock is then the sum of its kernels' clocks, so the analysis divides by their number (the
-# mean of their clocks) and says how many there were. Three runs per profile: under replay
+# several cuBLAS kernels: `combine_kernel_metrics=per_run` gets each kernel's metrics in the
+# order asked for and combines a run's kernels as one kernel would read: times and bytes
+# add, the two rates (SM cycles and DRAM bytes per second) are weighted by each kernel's
+# time; the table says how many kernels there were. Three runs per profile: under replay
 # each run repeats the kernel under the same rules; the table prints each time's spread
 # (RSD) beside it, to hold against the effects compared.
 #
@@ -198,9 +199,12 @@ with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s
 #   check fails.
 
 # %%
-def add(a: float, b: float) -> float:
-    """combine_kernel_metrics: the kernels of one run, summed (right for time)."""
-    return a + b
+def per_run(x, y):
+    """combine_kernel_metrics, on two kernels' [time, SM Hz, DRAM byte/s, DRAM bytes] of one run: times and bytes
+    add; the rates are weighted by time (cycles / time, bytes / time), so the run reads as one kernel."""
+    out = x + y
+    out[1:3] = (x[1:3] * x[0] + y[1:3] * y[0]) / out[0]
+    return out
 
 
 STREAMS = {"x * 2, fits in L2": "small", "x * 2, 8x L2": "large"}  # annotation -> the argument sizing it
@@ -209,7 +213,7 @@ MATMUL = "fp16 matmul"
 
 def per_configuration(tables: dict, matmul_n: int) -> pd.DataFrame:
     """One row per (cache_control, clock_control) and annotation, from nsight-python's tables: time and the SM
-    clock it ran at (a combined row: the mean of its kernels' clocks); for the streams, GB/s by the 8n bytes the
+    clock it ran at (a combined row's, time-weighted by per_run); for the streams, GB/s by the 8n bytes the
     kernel moves and what the DRAM read and wrote; for the matmul, TFLOP/s."""
     rows = []
     for (cache, clock), table in tables.items():
@@ -217,9 +221,9 @@ def per_configuration(tables: dict, matmul_n: int) -> pd.DataFrame:
         m = table.assign(value=value).pivot_table(index="Annotation", columns="Metric", values="value")
         for annotation, r in m.iterrows():
             first = table[(table.Annotation == annotation) & (table.Metric == TIME)].iloc[0]
-            kernels = first.Kernel.count("|") + 1  # combine_kernel_metrics=add summed every metric over them
             row = {"cache_control": cache, "clock_control": clock, "kernel": annotation, "time_us": r[TIME] * 1e6,
-                   "time RSD %": first.RelativeStdDevPct, "kernels": kernels, "SM MHz": r[SM_HZ] / kernels / 1e6}
+                   "time RSD %": first.RelativeStdDevPct, "kernels": first.Kernel.count("|") + 1,
+                   "SM MHz": r[SM_HZ] / 1e6}
             if annotation in STREAMS:
                 n = int(first[STREAMS[annotation]])
                 row.update({"GB/s": 8 * n / r[TIME] / 1e9, "DRAM GB/s": r[DRAM_RATE] / 1e9,
@@ -341,7 +345,7 @@ def plot_times(table: pd.DataFrame) -> None:
 # %%
 COMBINATIONS = [("all", "none"), ("none", "none"), ("all", "base")]  # defaults; warm caches; locked clocks
 SETTINGS = dict(configs=[(SMALL, LARGE)], runs=3, metrics=[TIME, SM_HZ, DRAM_RATE, DRAM_WRITE],
-                combine_kernel_metrics=add, thermal_mode="off", verbosity=SILENT)
+                combine_kernel_metrics=per_run, thermal_mode="off", verbosity=SILENT)
 
 with nt.section("1. cache_control and clock_control, measured") as s:
     if ENV.backend == "ncu":  # nsight-python's Nsight Compute backend: three profiles, in this process
