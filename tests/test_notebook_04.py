@@ -320,6 +320,18 @@ def test_one_slow_first_run_does_not_decide_the_spread_verdict(nb):
     assert (table.verdict == "not distinguishable").all(), table
 
 
+def test_the_direction_comes_from_the_tests_own_statistic_when_the_timer_zeroes_both_mads(nb):
+    """Durations on a 32 ns grid, most runs on one value: both robust (MAD) spreads are 0, yet the flushed runs
+    leave that value seven times in twenty, the warm ones once; the verdict must not call that 'smaller'."""
+    warm = [6208.0] * 19 + [6240.0]
+    cold = [9600.0] * 13 + [9632.0] * 7
+    raw = pd.DataFrame([{"n": SMALL_N, "flush": flush, "Value": v} for flush, vs in ((False, warm), (True, cold))
+                        for v in vs])
+    table = nb.compare_spread(raw).iloc[0]
+    assert table["robust warm %"] == table["robust flushed %"] == 0
+    assert table["flushed/warm spread"] > 1 and table.verdict != "flushed spread smaller"
+
+
 def test_holm_in_04_matches_a_worked_example(nb):
     assert nb.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
 
