@@ -185,6 +185,8 @@ with nt.section("2. Read the row: columns and TFLOP/s by hand") as s:
         s.result = f"{tflops:.1f} TFLOP/s (fp32 peak unknown)"
     else:
         print(f"  datasheet fp32 peak for {ENV.datasheet.gpu}: {peak} TFLOP/s -> {100 * tflops / peak.value:.0f} % of peak")
+        print("  (a peak at the datasheet's clock: this profile measured no clock, and a loaded GPU need not hold that "
+              "one -- notebook 04 measures the clock a kernel ran at and sets it against the peak at that clock)")
         nt.claim(tflops <= peak.value, "the measured rate does not exceed the datasheet peak", f"{tflops:.1f} vs {peak}")
         s.result = f"{tflops:.1f} TFLOP/s = {100 * tflops / peak.value:.0f} % of the {ENV.datasheet.gpu} fp32 datasheet peak"
 
