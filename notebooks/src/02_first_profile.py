@@ -3,8 +3,9 @@
 #
 # **What you will learn**
 # - how `nsight.annotate` and `@nsight.analyze.kernel` turn "time this matmul" into a
-#   pandas DataFrame, what nsight-python prints while it works, and why the inputs are
-#   created *outside* the annotation;
+#   pandas DataFrame -- the decorator as nsight-python's own first example writes it --, what
+#   nsight-python prints while it works, and why the inputs are created *outside* the
+#   annotation;
 # - what every column of `to_dataframe()` means, read on one real row -- and that the
 #   same metric name means a different measurement under each backend;
 # - how to turn a kernel time into TFLOP/s by hand and set it against this GPU's
@@ -12,15 +13,19 @@
 # - four things the DataFrame does *not* say that people assume it does -- each one
 #   checked on your own data: one run has no stability verdict, the unit is ns,
 #   `ComputeClock` is a rating rather than a measurement, and a library call can launch
-#   more than one kernel.
+#   more than one kernel (split-K, when the kernel names say so).
 #
-# Works with either nsight-python backend: Nsight Compute (Colab after notebook 01) or
-# CUPTI (an older ncu that cannot be upgraded). Every table says which one measured it.
+# Works with either nsight-python backend: Nsight Compute or CUPTI (an older ncu that cannot
+# be upgraded). Every table says which one measured it. On Colab each notebook runs in a
+# fresh runtime of its own: the setup cell below installs what this notebook needs (nothing
+# has to run before it), and a second run of it skips what is there.
 
 # %%
 {{SETUP}}
 
 # %%
+import inspect
+import re
 import time
 
 import nsight
@@ -47,28 +52,55 @@ def kernel_names(kernel_column: str) -> list[str]:
     (nt.short_kernel_name: the function's name and what it computes, without its arguments)."""
     return [nt.short_kernel_name(name) for name in kernel_column.split("|")]
 
+
+def rows_of(results) -> pd.DataFrame:
+    """results.to_dataframe(), refusing an empty table: when no kernel was profiled nsight-python 1.1.0 returns
+    one, 1.1.1 raises a RuntimeError itself; either way the section stops with that reason."""
+    table = results.to_dataframe()
+    if table.empty:
+        raise RuntimeError("No kernels were profiled: nsight-python returned an empty table")
+    return table
+
+
+def refusal(call) -> str | None:
+    """None if call() returned; else the first line of the error with which nsight-python refused it. Judged by where
+    the error was raised (nsight's own code), not by its words, which 1.1.1 changed; any other error propagates."""
+    try:
+        call()
+    except Exception as exc:
+        if not inspect.trace()[-1].frame.f_globals.get("__name__", "").startswith("nsight"):  # where it was raised
+            raise
+        return f"{type(exc).__name__}: " + (str(exc).splitlines() or [""])[0]
+    return None
+
 # %% [markdown]
 # ## 1. Profile one fp32 matmul
 #
-# The benchmark function is ordinary PyTorch. Two things make it a profile:
+# The benchmark function is ordinary PyTorch. Two things make it a profile, exactly as in
+# nsight-python's own first example:
 #
+# - `@nsight.analyze.kernel` above the function: calling `matmul(N)` now runs it under the
+#   profiler and returns a `ProfileResults` (not what the function returns);
+#   `.to_dataframe()` gives one row per annotation × configuration × metric.
 # - `with nsight.annotate("matmul")` marks the region to measure. Only kernels
 #   **launched inside it** are attributed to the row. `torch.randn` launches its own
 #   random-number kernels; creating the inputs above the annotation keeps them out.
-# - `nsight.analyze.kernel(...)` wraps the function: calling the wrapped function runs
-#   it under the profiler and returns a `ProfileResults`; `.to_dataframe()` gives one row
-#   per annotation × configuration × metric. `thermal_mode="off"` skips nsight-python's
-#   pauses for GPU cooling (notebook 08 is about those), and
-#   `combine_kernel_metrics=add` says what to do if cuBLAS splits the product into
-#   several kernels (section 4).
 #
-# Writing `@nsight.analyze.kernel(...)` above `def matmul` is the same thing; the call
-# form used here lets sections 3 and 4 profile the *same* function again with other
-# settings. This first profile runs at nsight-python's **default verbosity**, so you see
-# what it prints while it works; every later profile in this series passes
-# `verbosity=nsight.VerbosityLevel.SILENT`.
+# With no arguments the decorator uses nsight-python's defaults: one run, the **default
+# verbosity** (so you see what it prints while it works), pauses for GPU cooling when
+# needed (`thermal_mode="auto"`, notebook 08), and one kernel expected per annotation.
+# Should cuBLAS split this product into several kernels on your GPU, this plain form
+# refuses it: section 4 shows why, and what `combine_kernel_metrics` does about it.
+#
+# The decorator takes settings too, `@nsight.analyze.kernel(runs=10, ...)`, and it is an
+# ordinary function: `nsight.analyze.kernel(...)(f)` wraps `f` with other settings. The
+# decorated `matmul` keeps the undecorated function as `matmul.__wrapped__` (nsight-python
+# uses `functools.wraps`), so sections 3 and 4 profile the *same* function again, silently
+# (`verbosity=nsight.VerbosityLevel.SILENT`, as every later profile in this series), without
+# cooling pauses (`thermal_mode="off"`) and with `combine_kernel_metrics=add`.
 
 # %%
+@nsight.analyze.kernel
 def matmul(n: int) -> None:
     a = torch.randn(n, n, device="cuda")  # not measured: outside the annotation
     b = torch.randn(n, n, device="cuda")
@@ -76,12 +108,13 @@ def matmul(n: int) -> None:
         _ = a @ b
 
 
-profile_matmul = nsight.analyze.kernel(thermal_mode="off", combine_kernel_metrics=add)(matmul)
-profile_matmul_quietly = nsight.analyze.kernel(thermal_mode="off", combine_kernel_metrics=add, verbosity=SILENT)(matmul)
+profile_matmul_quietly = nsight.analyze.kernel(thermal_mode="off", combine_kernel_metrics=add,
+                                               verbosity=SILENT)(matmul.__wrapped__)
 
 with nt.section("1. Profile one fp32 matmul") as s:
     ENV.require("profiler")
-    df = profile_matmul(N).to_dataframe()  # nsight-python's own output appears below this line
+    result = matmul(N)  # nsight-python's own output appears below this line
+    df = rows_of(result)
     print()
     print(nt.rules(ENV.backend))
     display(df.T)
@@ -117,8 +150,9 @@ with nt.section("1. Profile one fp32 matmul") as s:
 #
 # - the **Nsight Compute backend** *replays* the kernel for its measurement and, by
 #   default, flushes the caches before every replay and leaves the clocks free
-#   (`cache_control="all"`, `clock_control="none"`): a cold-cache number, the same every
-#   time;
+#   (`cache_control="all"`, `clock_control="none"`): every replay starts from the same
+#   state, caches empty (which does not make the replays agree more closely: notebook 04
+#   compares the spreads);
 # - the **CUPTI backend** times the kernel once, *as it ran* in your program: no replay,
 #   no flush (the caches are as warm as the preceding work left them), no clock control;
 #   both options are ignored.
@@ -151,13 +185,17 @@ with nt.section("2. Read the row: columns and TFLOP/s by hand") as s:
         s.result = f"{tflops:.1f} TFLOP/s (fp32 peak unknown)"
     else:
         print(f"  datasheet fp32 peak for {ENV.datasheet.gpu}: {peak} TFLOP/s -> {100 * tflops / peak.value:.0f} % of peak")
+        print("  (a peak at the datasheet's clock: this profile measured no clock, and a loaded GPU need not hold that "
+              "one -- notebook 04 measures the clock a kernel ran at and sets it against the peak at that clock)")
         nt.claim(tflops <= peak.value, "the measured rate does not exceed the datasheet peak", f"{tflops:.1f} vs {peak}")
         s.result = f"{tflops:.1f} TFLOP/s = {100 * tflops / peak.value:.0f} % of the {ENV.datasheet.gpu} fp32 datasheet peak"
 
 # %% [markdown]
-# Percent of peak is a first hint, not a verdict. The peak is at the **boost** clock
-# with perfect scheduling; a 2048-cube matmul is small for a big GPU, and on GPUs with
-# TF32 PyTorch keeps plain fp32 unless you opt in (notebook 05).
+# Percent of peak is a first hint, not a verdict. The peak is stated at one clock (the
+# datasheet's) with perfect scheduling, and a GPU under load may run below that clock
+# (section 3 reads it; notebook 04 sets a kernel against the peak at the clock it ran at);
+# a 2048-cube matmul is small for a big GPU, and on GPUs with TF32 PyTorch keeps plain fp32
+# unless you opt in (notebook 05).
 #
 # ## 3. What the row does *not* tell you
 #
@@ -182,7 +220,7 @@ with nt.section("3. One run, the unit, and the rated clock") as s:
     nt.claim(row["StableMeasurement"] is pd.NA, "with one run StableMeasurement is <NA>", repr(row["StableMeasurement"]))
     nt.claim(row["Unit"] in ("ns", "nsecond"), "gpu__time_duration.sum is reported in nanoseconds", repr(row["Unit"]))
 
-    rows = [profile_matmul_quietly(configs=[n]).to_dataframe() for n in (256, 1024, N)]  # one call per size
+    rows = [rows_of(profile_matmul_quietly(configs=[n])) for n in (256, 1024, N)]  # one call per size
     clocks = pd.concat(rows).ComputeClock
     rated_khz = Device(torch.cuda.current_device()).properties.clock_rate  # the GPU the matmuls ran on
     nt.claim(clocks.nunique() == 1 and int(clocks.iloc[0]) == int(rated_khz),
@@ -219,13 +257,23 @@ with nt.section("3. One run, the unit, and the rated clock") as s:
 # nsight-python expects **one kernel per annotation**. Eager PyTorch evaluates
 # `a + b * c` as two kernels (multiply, then add); cuBLAS sometimes launches more than
 # one kernel for one matmul, depending on the size and the GPU. Without
-# `combine_kernel_metrics` such a region raises; with it, the metrics of the kernels in
-# one run are combined -- here by our `add`, so the times are summed -- and the `Kernel`
-# column lists them joined by `|`.
+# `combine_kernel_metrics` nsight-python refuses such a region (the check below looks at
+# *that* it refuses, not at the words of its error, which change between versions); with
+# it, the metrics of the kernels in one run are combined -- here by our `add`, so the times
+# are summed -- and the `Kernel` column lists them joined by `|`.
 #
 # The second half counts how many kernels cuBLAS launched for an fp32 matmul at several
 # sizes *on this GPU*, one profiled call per size -- the reason notebook 05 profiles each
 # size separately.
+#
+# **Split-K.** Each output tile of `a @ b` is a sum over the shared dimension k. When the
+# output has too few tiles to keep every SM busy -- small matrices on a big GPU -- cuBLAS
+# can split k into slices: several blocks compute partial sums of the same tile in
+# parallel, and a second kernel adds the partial results. The kernel names show it: look
+# for `splitK` in a name (the GEMM, e.g. `..._splitK_...`, or the reduction,
+# `splitKreduce_kernel`). The cell finds such names and prints at which sizes they appear;
+# a size with several kernels and no such name divided the work another way: read the
+# names it prints.
 
 # %%
 def a_plus_b_times_c(n: int) -> None:
@@ -237,28 +285,39 @@ def a_plus_b_times_c(n: int) -> None:
 unfused = nsight.analyze.kernel(thermal_mode="off", verbosity=SILENT)(a_plus_b_times_c)
 unfused_combined = nsight.analyze.kernel(thermal_mode="off", verbosity=SILENT, combine_kernel_metrics=add)(a_plus_b_times_c)
 
+SPLIT_K = re.compile(r"split_?k", re.IGNORECASE)  # in the raw names too: "splitK", "splitKreduce_kernel", ...
+
+
+def split_k(kernel_column: str) -> list[str]:
+    """The short names of the kernels in a Kernel column whose full name says split-K."""
+    return [nt.short_kernel_name(k) for k in kernel_column.split("|") if SPLIT_K.search(k)]
+
+
 with nt.section("4. Several kernels in one annotation") as s:
     ENV.require("profiler")
-    try:
-        unfused(1 << 20)
-        raised = None
-    except RuntimeError as exc:
-        raised = str(exc)
-        print("  without combine_kernel_metrics:", raised.splitlines()[0])
-    nt.claim(raised is not None and "More than one" in raised, "without combine_kernel_metrics, a two-kernel region raises")
-    both = unfused_combined(1 << 20).to_dataframe().iloc[0]
+    raised = refusal(lambda: unfused(1 << 20))
+    print("  without combine_kernel_metrics:", raised or "nsight-python returned a table")
+    nt.claim(raised is not None, "without combine_kernel_metrics, nsight-python refuses a two-kernel region",
+             raised or "no refusal")
+    both = rows_of(unfused_combined(1 << 20)).iloc[0]
     print(nt.rules(ENV.backend))
     print(f"  with combine_kernel_metrics=add: {both['AvgValue']:,.0f} ns for", *kernel_names(both["Kernel"]), sep="\n    ")
     nt.claim(len(kernel_names(both["Kernel"])) == 2, "with it, the Kernel column lists both kernels joined by '|'")
 
-    counts = {}
+    counts, split = {}, {}
     for n in (128, 256, 512, 1024, 2048, 4096):
-        names = kernel_names(profile_matmul_quietly(configs=[n]).to_dataframe().iloc[0]["Kernel"])
-        counts[n] = len(names)
-        print(f"  fp32 matmul {n:5d}: {len(names)} kernel(s)", *names, sep="\n    ")
+        column = rows_of(profile_matmul_quietly(configs=[n])).iloc[0]["Kernel"]
+        counts[n], split[n] = len(kernel_names(column)), split_k(column)
+        print(f"  fp32 matmul {n:5d}: {counts[n]} kernel(s)", *kernel_names(column), sep="\n    ")
+    several = [n for n in counts if counts[n] > 1]
+    named = [n for n in several if split[n]]
+    print(f"  several kernels at {several or 'no size'}; split-K in their names at {named or 'no size'}"
+          + (f"; other splits (read the names) at {sorted(set(several) - set(named))}" if set(several) - set(named)
+             else ""))
     varies = len(set(counts.values())) > 1
     s.result = (f"a+b*c = 2 kernels; fp32 matmul kernels per size {counts}"
-                + (" (varies with size on this GPU)" if varies else " (constant on this GPU)"))
+                + (" (varies with size on this GPU)" if varies else " (constant on this GPU)")
+                + f"; split-K named at {named or 'no size'}")
 
 # %% [markdown]
 # ## Takeaways
@@ -272,17 +331,19 @@ with nt.section("4. Several kernels in one annotation") as s:
 #   GPU; a rate above the peak is a finding to explain, not a rounding error.
 # - `ComputeClock` is the card's rating. To know the clock a kernel ran at you must
 #   measure it (notebook 04).
-# - Library calls may launch several kernels, and how many can change with the size:
-#   `combine_kernel_metrics` combines them, and notebook 05 shows how to sweep sizes safely.
+# - Library calls may launch several kernels, and how many can change with the size
+#   (split-K: a GEMM and a reduction, named so): `combine_kernel_metrics` combines them, and
+#   notebook 05 shows how to sweep sizes safely.
 #
 # ## Try it
 #
-# - Move the two `torch.randn` lines *inside* the annotation and run section 1 again:
-#   with `combine_kernel_metrics=add` the random-number kernels are now added to the
-#   matmul's time and listed in `Kernel` (section 1's check fails and names them);
-#   without it, the call raises "More than one kernel".
-# - Profile `matmul` with `runs=10`: `StdDev` and `StableMeasurement` get values --
-#   notebook 03 takes them apart.
+# - Move the two `torch.randn` lines *inside* the annotation and run section 1 again: the
+#   plain `@nsight.analyze.kernel` refuses the call (several kernels in one annotation);
+#   decorated with `@nsight.analyze.kernel(combine_kernel_metrics=add)`, the random-number
+#   kernels are added to the matmul's time and listed in `Kernel` (section 1's check fails
+#   and names them).
+# - Decorate `matmul` with `@nsight.analyze.kernel(runs=10)`: `StdDev` and
+#   `StableMeasurement` get values -- notebook 03 takes them apart.
 #
 # **Docs:** [nsight-python](https://docs.nvidia.com/nsight-python/) ·
 # [`nsight.analyze.kernel`](https://docs.nvidia.com/nsight-python/analyze.html) ·

@@ -16,7 +16,9 @@
 # One measurement tells you nothing about noise. Here every kernel runs 20 times (and
 # 100 times for the convergence plot). All profiles are silent
 # (`verbosity=SILENT`; notebook 02 showed what nsight-python prints). Runs on either
-# backend; every table says which one measured it.
+# backend; every table says which one measured it. On Colab each notebook runs in a fresh
+# runtime of its own: the setup cell below installs what this notebook needs (nothing has
+# to run before it), and a second run of it skips what is there.
 
 # %%
 {{SETUP}}

@@ -8,7 +8,9 @@
 # - that nsight-python's defaults (`cache_control="all"`, `clock_control="none"`) are not
 #   the plain `ncu` defaults (`--cache-control all --clock-control base`);
 # - how to measure the clock a kernel really ran at
-#   (`gpc__cycles_elapsed.avg.per_second`) -- `ComputeClock` is only the rating;
+#   (`gpc__cycles_elapsed.avg.per_second`) -- `ComputeClock` is only the rating -- that
+#   `clock_control="base"` does not pin one frequency, and how to set a compute-bound kernel
+#   against the datasheet peak *at the clock it ran at*;
 # - how the same measurement runs without nsight-python's Nsight Compute backend (the `ncu`
 #   command line on the same kernels file, read back into nsight-python's own table), and
 #   how to flush the L2 by hand under CUPTI;
@@ -24,18 +26,25 @@
 # | 0. the defaults, read from the tools | nothing (an `ncu` for its half) |
 # | 1. cache and clock control, measured | the Nsight Compute backend, or any `ncu` (command line) |
 # | 2. warm vs cold L2 by hand | any backend (CUPTI too) |
+#
+# On Colab each notebook runs in a fresh runtime of its own: the setup cell below installs what
+# this notebook needs (nothing has to run before it), and a second run of it skips what is there.
 
 # %%
 {{SETUP}}
 
 # %%
+import glob
 import inspect
+import os
 import re
 import subprocess
 
 import matplotlib.pyplot as plt
 import nsight
+import numpy as np
 import pandas as pd
+from scipy import stats
 
 from nspy_tutorial import ncu_cli
 
@@ -59,6 +68,9 @@ def dram_peak_gbs(facts) -> float | None:
 
 PEAK_GBS = dram_peak_gbs(ENV.facts)
 SHEET_GBS = ENV.datasheet.mem_bandwidth_gbs.value if ENV.datasheet else None
+# the fp16 datasheet peak and the SM clock the datasheet states it at (not always the maximum: the datasheet
+# states an H100 SXM's tensor peaks at 1830 MHz): the peak at a clock f is peak x f / that clock
+FP16 = (ENV.datasheet.fp16_tflops.value, ENV.datasheet.peak_clock_mhz("fp16")) if ENV.datasheet else (None, None)
 
 # %% [markdown]
 # The kernels, written once. `%%writefile` puts them in `cache_kernels.py` (in this
@@ -148,26 +160,37 @@ with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s
 # (`cache_control="none"`), then the clocks locked to base (`clock_control="base"`, the `ncu`
 # command line's default). Each differs from the first in one setting only. Besides the
 # duration we collect `gpc__cycles_elapsed.avg.per_second` -- GPU cycles elapsed divided by
-# the kernel's duration, i.e. **the clock the kernel actually ran at** -- and
-# `dram__bytes.sum.per_second` and `dram__bytes_write.sum`: the rate at which the DRAM
-# really moved bytes, and how much it wrote.
+# the kernel's duration, i.e. **the clock the kernel actually ran at**, read for every kernel,
+# the matmul included -- and `dram__bytes.sum.per_second` and `dram__bytes_write.sum`: the
+# rate at which the DRAM really moved bytes, and how much it wrote (rate × time − written =
+# what it read).
 #
-# One cell decides who measures. With nsight-python's Nsight Compute backend (Colab after
-# notebook 01) the decorator runs the function in this process. With an older `ncu` that
-# backend cannot load, so `ncu_cli.nsight_table` runs `cache_kernels.py` under the `ncu`
-# command line with the same settings, one `ncu` run per combination (each command is
-# printed), and reads each report back with nsight-python's own code. Either way the result
-# is nsight-python's `to_dataframe()` table, and everything below reads that one table. The
-# matmul may be several cuBLAS kernels: `combine_kernel_metrics=add` sums them, right for
-# its time, meaningless for its rates, so only the matmul's time is read. Three runs per profile: under replay each run
-# repeats the kernel under the same rules; the table prints each time's spread (RSD) beside
-# it, to hold against the effects compared.
+# One cell decides who measures. With nsight-python's Nsight Compute backend the decorator
+# runs the function in this process. With an older `ncu` that backend cannot load, so
+# `ncu_cli.nsight_table` runs `cache_kernels.py` under the `ncu` command line with the same
+# settings, one `ncu` run per combination (each command is printed), and reads each report
+# back with nsight-python's own code. Either way the result is nsight-python's
+# `to_dataframe()` table, and everything below reads that one table. The matmul may be
+# several cuBLAS kernels: `combine_kernel_metrics=per_run` gets each kernel's metrics in the
+# order asked for and combines a run's kernels as one kernel would read: times and bytes
+# add, the two rates (SM cycles and DRAM bytes per second) are weighted by each kernel's
+# time; the table says how many kernels there were. Three runs per profile: under replay
+# each run repeats the kernel under the same rules; the table prints each time's spread
+# (RSD) beside it, to hold against the effects compared.
 #
 # What to look for:
-# - **cache**: the stream that fits in L2 is faster with warm caches; the 8× stream is not,
-#   since most of its input is in DRAM either way;
+# - **cache**: the stream that fits in L2 is faster with warm caches, and the DRAM counters
+#   say why: warm, its input came from L2 (the DRAM read next to none of it); flushed, from
+#   DRAM. The 8× stream is not faster, since most of its input is in DRAM either way;
 # - **clock**: the measured SM clock moves with `clock_control` while `ComputeClock` stays
-#   the rating; the compute-bound matmul slows down more than the memory-bound stream;
+#   the rating. `clock_control="base"` asks for the base clock; it does not pin one
+#   frequency -- the cell prints each kernel's own clock under it, and a heavy kernel can run
+#   at a lower one than a light kernel beside it. The compute-bound matmul's time follows its
+#   own clock ratio; the memory-bound stream hardly moves;
+# - **peak at the clock**: the datasheet's fp16 peak is stated at one SM clock (a datasheet
+#   fact the tutorial's table records); a kernel that ran at a lower clock can reach at most
+#   `peak × its clock / that clock`. The cell prints the matmul's TFLOP/s as % of the
+#   datasheet and as % of the peak at the clock it ran at, and fails if it beats the latter;
 # - **bandwidth**: the 8× stream's rate, computed from the 8n bytes it reads and writes,
 #   against the datasheet and against the device's own peak, **2 transfers per memory clock ×
 #   bus width** (both reported by NVML). At the end of the kernel the last writes may still
@@ -176,30 +199,38 @@ with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s
 #   check fails.
 
 # %%
-def add(a: float, b: float) -> float:
-    """combine_kernel_metrics: the kernels of one run, summed (right for time)."""
-    return a + b
+def per_run(x, y):
+    """combine_kernel_metrics, on two kernels' [time, SM Hz, DRAM byte/s, DRAM bytes] of one run: times and bytes
+    add; the rates are weighted by time (cycles / time, bytes / time), so the run reads as one kernel."""
+    out = x + y
+    out[1:3] = (x[1:3] * x[0] + y[1:3] * y[0]) / out[0]
+    return out
 
 
 STREAMS = {"x * 2, fits in L2": "small", "x * 2, 8x L2": "large"}  # annotation -> the argument sizing it
 MATMUL = "fp16 matmul"
 
 
-def per_configuration(tables: dict) -> pd.DataFrame:
-    """One row per (cache_control, clock_control) and annotation, from nsight-python's tables:
-    time; for the streams, GB/s by the 8n bytes the kernel moves, what the DRAM moved, the SM clock."""
+def per_configuration(tables: dict, matmul_n: int) -> pd.DataFrame:
+    """One row per (cache_control, clock_control) and annotation, from nsight-python's tables: time and the SM
+    clock it ran at (a combined row's, time-weighted by per_run); for the streams, GB/s by the 8n bytes the
+    kernel moves and what the DRAM read and wrote; for the matmul, TFLOP/s."""
     rows = []
     for (cache, clock), table in tables.items():
         value = [ncu_cli.to_base_units(v, u) for v, u in zip(table.AvgValue, table.Unit)]  # s, byte, byte/s, Hz
         m = table.assign(value=value).pivot_table(index="Annotation", columns="Metric", values="value")
         for annotation, r in m.iterrows():
-            rsd = table[(table.Annotation == annotation) & (table.Metric == TIME)].RelativeStdDevPct.iloc[0]
+            first = table[(table.Annotation == annotation) & (table.Metric == TIME)].iloc[0]
             row = {"cache_control": cache, "clock_control": clock, "kernel": annotation, "time_us": r[TIME] * 1e6,
-                   "time RSD %": rsd}
+                   "time RSD %": first.RelativeStdDevPct, "kernels": first.Kernel.count("|") + 1,
+                   "SM MHz": r[SM_HZ] / 1e6}
             if annotation in STREAMS:
-                n = int(table.loc[table.Annotation == annotation, STREAMS[annotation]].iloc[0])
+                n = int(first[STREAMS[annotation]])
                 row.update({"GB/s": 8 * n / r[TIME] / 1e9, "DRAM GB/s": r[DRAM_RATE] / 1e9,
-                            "DRAM wrote / 4n": r[DRAM_WRITE] / (4 * n), "SM MHz": r[SM_HZ] / 1e6})
+                            "DRAM read / 4n": (r[DRAM_RATE] * r[TIME] - r[DRAM_WRITE]) / (4 * n),
+                            "DRAM wrote / 4n": r[DRAM_WRITE] / (4 * n)})
+            else:
+                row["TFLOP/s"] = 2 * matmul_n**3 / r[TIME] / 1e12
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -211,27 +242,66 @@ def slowdown(table: pd.DataFrame, kernel: str, cache: str, clock: str) -> float:
 
 
 def check_cache(table: pd.DataFrame) -> str:
-    """Flushed over warm time, per stream size."""
+    """Flushed over warm time per stream size, and where the small stream's input came from (DRAM counters)."""
     small, large = (1 / slowdown(table, kernel, "none", "none") for kernel in STREAMS)  # (all, none) / (none, none)
     nt.claim(small > 1.1 and large < 1.1, "a warm L2 beats a flushed one only for the size that fits in L2",
              f"flushed/warm time: {small:.2f}x (fits), {large:.2f}x (8x L2)")
-    return f"flushed/warm {small:.2f}x (fits in L2), {large:.2f}x (8x L2)"
+    fits, eight = STREAMS
+    free = table[table.clock_control == "none"].set_index(["kernel", "cache_control"])
+    warm, cold, big = free.loc[(fits, "none")], free.loc[(fits, "all")], free.loc[(eight, "none")]
+    nt.claim(warm["DRAM read / 4n"] < 0.1 and cold["DRAM read / 4n"] > 0.9, "warm, the small stream's input came "
+             "from L2 (the DRAM read under a tenth of it); flushed, from DRAM (over nine tenths)",
+             f"DRAM read {warm['DRAM read / 4n']:.3f} and {cold['DRAM read / 4n']:.3f} of the input")
+    print(f"  warm, the small stream lasts {warm.time_us:.1f} us and moves {warm['GB/s']:,.0f} GB/s out of L2 "
+          f"({warm['GB/s'] / big['GB/s']:.2f}x the 8x stream's rate out of DRAM): a kernel this short spends a share "
+          "of its time on its launch and the tail of its last blocks, so its rate is a lower bound on the L2's "
+          "bandwidth, not a measure of it")
+    return f"flushed/warm {small:.2f}x (fits in L2, served from L2 when warm), {large:.2f}x (8x L2)"
 
 
 def check_clock(table: pd.DataFrame, rated_khz: set) -> str:
-    """The measured SM clock against the rating, and who feels the lock."""
-    stream = table[table.kernel.isin(list(STREAMS))]
-    free, locked = (stream[stream.clock_control == c]["SM MHz"].mean() for c in ("none", "base"))
-    print(f"  ComputeClock in every row: {sorted(k // 1000 for k in rated_khz)} MHz (the rating); measured SM clock: "
-          f"{free:,.0f} MHz free, {locked:,.0f} MHz locked to base")
-    nt.claim(abs(free - locked) > 0.01 * free, "the SM clock the kernels ran at moves with clock_control",
-             f"{free:,.0f} vs {locked:,.0f} MHz")
-    slow_mm, slow_stream = slowdown(table, MATMUL, "all", "base"), slowdown(table, "x * 2, 8x L2", "all", "base")
-    print(f"  locked/free time: fp16 matmul {slow_mm:.2f}x, 8x-L2 stream {slow_stream:.2f}x "
-          f"(clock ratio {free / locked:.2f}x)")
+    """Each kernel's own SM clock under both clock_control settings (caches flushed), and who feels the lock."""
+    mhz = table[table.cache_control == "all"].pivot(index="kernel", columns="clock_control", values="SM MHz")
+    print(f"  ComputeClock in every row: {sorted(k // 1000 for k in rated_khz)} MHz (the rating); the SM clock each "
+          "kernel ran at, MHz:\n" + mhz[["none", "base"]].to_string(float_format="{:,.0f}".format))
+    nt.claim((abs(mhz.none - mhz.base) > 0.01 * mhz.none).all(), "every kernel's SM clock moves with clock_control",
+             ", ".join(f"{k}: {r.none:,.0f} vs {r.base:,.0f} MHz" for k, r in mhz.iterrows()))
+    apart = mhz.base.max() / mhz.base.min() - 1
+    pinned = "one frequency" if apart < 0.02 else "not one frequency"
+    print(f"  under clock_control='base' the kernels' clocks were {apart:.1%} apart ({mhz.base.idxmin()} lowest): "
+          + ("one frequency, within 2 %" if apart < 0.02 else "'base' did not pin one frequency"))
+    eight = list(STREAMS)[1]
+    slow_mm, slow_stream = slowdown(table, MATMUL, "all", "base"), slowdown(table, eight, "all", "base")
+    ratio_mm, ratio_stream = mhz.none[MATMUL] / mhz.base[MATMUL], mhz.none[eight] / mhz.base[eight]
+    print(f"  locked/free time: fp16 matmul {slow_mm:.2f}x (its own clock fell {ratio_mm:.2f}x), 8x-L2 stream "
+          f"{slow_stream:.2f}x (its clock fell {ratio_stream:.2f}x)")
     nt.claim(slow_mm > slow_stream, "the compute-bound matmul feels the clock lock more than the memory-bound stream",
              f"{slow_mm:.2f}x vs {slow_stream:.2f}x")
-    return f"clock {free:,.0f}->{locked:,.0f} MHz slows matmul {slow_mm:.2f}x, stream {slow_stream:.2f}x"
+    nt.claim(abs(slow_mm / ratio_mm - 1) < 0.1, "the compute-bound matmul's time follows its own clock (locked/free "
+             "time within 10 % of its free/locked clock)", f"{slow_mm:.2f}x vs {ratio_mm:.2f}x")
+    return (f"matmul clock {mhz.none[MATMUL]:,.0f}->{mhz.base[MATMUL]:,.0f} MHz slows it {slow_mm:.2f}x, stream "
+            f"{slow_stream:.2f}x; under base: {pinned}")
+
+
+def check_peak(table: pd.DataFrame, peak_tflops: float | None, sheet_mhz: float | None) -> str:
+    """The matmul's TFLOP/s as % of the fp16 datasheet peak and as % of that peak at the clock it ran at."""
+    mm = table[table.kernel == MATMUL].copy()
+    if not peak_tflops:
+        print("  (this GPU's fp16 peak is not in the datasheet table: no % of peak)")
+        return f"fp16 matmul up to {mm['TFLOP/s'].max():,.0f} TFLOP/s, datasheet peak unknown"
+    mm["% datasheet"] = 100 * mm["TFLOP/s"] / peak_tflops
+    mm["% at its clock"] = 100 * mm["TFLOP/s"] / (peak_tflops * mm["SM MHz"] / sheet_mhz) if sheet_mhz else np.nan
+    print(f"  fp16 datasheet peak {peak_tflops:g} TFLOP/s, stated at "
+          + (f"{sheet_mhz:,.0f} MHz; at the clock f a kernel ran at: peak x f / {sheet_mhz:,.0f}" if sheet_mhz else
+             "a clock the datasheet table does not give: no % at the kernel's clock"))
+    print(mm[["cache_control", "clock_control", "kernels", "SM MHz", "TFLOP/s", "% datasheet", "% at its clock"]]
+          .to_string(index=False, float_format="{:,.1f}".format))
+    best = mm.loc[mm["TFLOP/s"].idxmax()]
+    if sheet_mhz:
+        nt.claim((mm["% at its clock"] <= 100).all(), "the matmul never beats the fp16 peak at the clock it ran at",
+                 f"up to {mm['% at its clock'].max():.1f}%")
+    return (f"fp16 matmul {best['TFLOP/s']:,.0f} TFLOP/s = {best['% datasheet']:.0f}% of the datasheet peak"
+            + (f", {best['% at its clock']:.0f}% of it at its {best['SM MHz']:,.0f} MHz" if sheet_mhz else ""))
 
 
 def check_bandwidth(table: pd.DataFrame, peak_gbs: float | None, sheet_gbs: float | None) -> str:
@@ -275,10 +345,10 @@ def plot_times(table: pd.DataFrame) -> None:
 # %%
 COMBINATIONS = [("all", "none"), ("none", "none"), ("all", "base")]  # defaults; warm caches; locked clocks
 SETTINGS = dict(configs=[(SMALL, LARGE)], runs=3, metrics=[TIME, SM_HZ, DRAM_RATE, DRAM_WRITE],
-                combine_kernel_metrics=add, thermal_mode="off", verbosity=SILENT)
+                combine_kernel_metrics=per_run, thermal_mode="off", verbosity=SILENT)
 
 with nt.section("1. cache_control and clock_control, measured") as s:
-    if ENV.backend == "ncu":  # nsight-python's Nsight Compute backend (Colab after notebook 01): three profiles
+    if ENV.backend == "ncu":  # nsight-python's Nsight Compute backend: three profiles, in this process
         tables, source = {(cache, clock): nsight.analyze.kernel(cache_control=cache, clock_control=clock, **SETTINGS)(
             ck.stream_and_matmul)().to_dataframe() for cache, clock in COMBINATIONS}, "ncu"
     else:  # an older ncu: the ncu command line on the same file, one run per combination
@@ -288,19 +358,21 @@ with nt.section("1. cache_control and clock_control, measured") as s:
             report=f"stream_and_matmul-{cache}-{clock}.ncu-rep", **SETTINGS) for cache, clock in COMBINATIONS}, "ncu-cli"
     for cache, clock in COMBINATIONS:
         print(nt.rules(source, cache_control=cache, clock_control=clock))
-    TABLE = per_configuration(tables)
+    TABLE = per_configuration(tables, ck.MATMUL_N)
     print(TABLE.to_string(index=False, na_rep="", float_format=lambda v: f"{v:,.2f}"))
     plot_times(TABLE)
     rated = {int(k) for t in tables.values() for k in t.ComputeClock}
-    s.result = f"{source}: " + "; ".join([check_cache(TABLE), check_clock(TABLE, rated),
+    s.result = f"{source}: " + "; ".join([check_cache(TABLE), check_clock(TABLE, rated), check_peak(TABLE, *FP16),
                                           check_bandwidth(TABLE, PEAK_GBS, SHEET_GBS)])
 
 # %% [markdown]
 # The matmul is the contrast: a memory-bound stream mostly waits on DRAM, so it feels the
-# SM clock less than a compute-bound matmul, which slows down by up to the clock ratio.
-# (Whether "base" also lowers the memory clock depends on the GPU.) Which of the two your
-# kernel is decides how much `clock_control` matters for it -- notebook 06 measures that
-# boundary.
+# SM clock less than a compute-bound matmul, whose time follows the clock *it* ran at -- read
+# from its own row, since under the same setting a heavy kernel and a light one need not run
+# at the same clock. (Whether "base" also lowers the memory clock depends on the GPU.) Which
+# of the two your kernel is decides how much `clock_control` matters for it -- notebook 06
+# measures that boundary. And a % of peak means little until the clock is known: the gap
+# between a matmul and the datasheet is partly the clock it ran at, partly the kernel.
 #
 # ## 2. Warm vs cold L2 by hand (any backend, CUPTI included)
 #
@@ -313,26 +385,80 @@ with nt.section("1. cache_control and clock_control, measured") as s:
 #
 # Note what "warm" means here: `x` was just written by `torch.randn`, so whatever part
 # of it fits in L2 is still there when `x * 2` runs. Twenty runs per configuration:
-# without replay each run is one real launch, and the check compares means.
+# without replay each run is one real launch, and the check compares means. Under CUPTI no
+# clock is measured: these times are at whatever clock the GPU chose.
+#
+# **What a flush buys.** Flushing gives every run the same starting state -- an L2 without
+# the input. It does not promise runs that agree more closely: the flushed kernel reads from
+# DRAM, which has its own variation. The cell compares the two spreads on the raw runs
+# (`output_csv=True`): the RSD and a robust spread (1.4826 × the median absolute deviation,
+# as % of the median), and the Brown-Forsythe test (Levene's, centred on the median, on the
+# log durations: one slow run cannot decide it; its statistic, the mean distance from the
+# median, gives the direction), Holm-corrected over the two sizes. The
+# check, on the size that fits in L2 (the one whose starting state the flush changes), fails
+# if flushing made its runs agree *more* closely.
 
 # %%
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjustment: a family of p-values keeps its 5 % level whatever their number."""
+    p = np.asarray(p, float)
+    order, out = np.argsort(p), np.empty(len(p))
+    out[order] = np.minimum(1, np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order]))
+    return out
+
+
+def compare_spread(raw: pd.DataFrame) -> pd.DataFrame:
+    """Per size, warm vs flushed runs (raw per-run durations): RSD, robust spread, Brown-Forsythe p, Holm, verdict."""
+    rows = []
+    for n, g in raw.groupby("n", sort=False):
+        runs = {flush: g[g.flush == flush].Value.to_numpy(dtype=float) for flush in (False, True)}
+        dev = {flush: np.abs(np.log(v) - np.median(np.log(v))).mean() for flush, v in runs.items()}  # the test's
+        row = {"n": n, "p": stats.levene(np.log(runs[False]), np.log(runs[True]), center="median").pvalue,
+               "flushed/warm spread": dev[True] / dev[False] if dev[False] else np.inf}
+        for flush, v in runs.items():
+            name = "flushed" if flush else "warm"
+            row[f"RSD {name} %"] = 100 * v.std(ddof=1) / v.mean()
+            row[f"robust {name} %"] = 100 * 1.4826 * np.median(np.abs(v - np.median(v))) / np.median(v)
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table["p_holm"] = holm(table.p)
+    table["verdict"] = np.where(~(table.p_holm < 0.05), "not distinguishable", np.where(
+        table["flushed/warm spread"] > 1, "flushed spread larger", "flushed spread smaller"))
+    return table
+
+
+def check_spread(raw: pd.DataFrame, fits: int) -> str:
+    """compare_spread printed; the claim on the size that fits in L2 (``fits`` elements)."""
+    spread = compare_spread(raw)
+    print(spread.to_string(index=False, float_format="{:,.3g}".format))
+    verdict = spread.set_index("n").verdict[fits]
+    nt.claim(verdict != "flushed spread smaller", "flushing did not make the runs of the size that fits in L2 agree "
+             "more closely: it fixes their starting state, not their spread", verdict)
+    return "spread: " + ", ".join(f"n={r.n:,} {r.verdict} (p_holm {r.p_holm:.2g})" for r in spread.itertuples())
+
+
+BY_HAND_CONFIGS = [(SMALL, False), (SMALL, True), (LARGE, False), (LARGE, True)]
+
 with nt.section("2. Warm vs cold L2 by hand") as s:
     ENV.require("profiler")
-    configs = [(SMALL, False), (SMALL, True), (LARGE, False), (LARGE, True)]
-    by_hand = nsight.analyze.kernel(configs=configs, runs=20, cache_control="none", thermal_mode="off",
-                                    verbosity=SILENT)(ck.stream_after)
+    by_hand = nsight.analyze.kernel(configs=BY_HAND_CONFIGS, runs=20, cache_control="none", thermal_mode="off",
+                                    verbosity=SILENT, output_csv=True, output_prefix="by_hand_")(ck.stream_after)
     t = by_hand().to_dataframe().set_index(["n", "flush"]).AvgValue  # ns
+    newest = max(glob.glob("by_hand_profiled_data-stream_after-*.csv"), key=os.path.getmtime)  # the raw runs
+    RAW_BY_HAND = pd.read_csv(newest)
     sp_small, sp_large = t[(SMALL, True)] / t[(SMALL, False)], t[(LARGE, True)] / t[(LARGE, False)]
     print(nt.rules(ENV.backend, cache_control="none"))
+    if ENV.backend == "cupti":
+        print("  (the CUPTI backend measures no clock: these times are at whatever clock the GPU chose)")
     for n, name in ((SMALL, "fits in L2"), (LARGE, "8x L2")):
         print(f"  {name:10s}: warm {t[(n, False)] / 1e3:8.1f} us, flushed {t[(n, True)] / 1e3:8.1f} us "
               f"-> {2 * 4 * n / t[(n, False)]:7,.0f} vs {2 * 4 * n / t[(n, True)]:7,.0f} GB/s")
-    if PEAK_GBS:
-        print(f"  (the DRAM peak from this device's clocks is {PEAK_GBS:,.0f} GB/s; for the size that fits, "
-              "the warm rate is L2 bandwidth, not DRAM)")
+    print("  (warm, the small vector is read from L2 -- section 1's DRAM counters show it; a kernel this short is "
+          "set by its launch and its tail as much as by the L2, so its rate is not the L2's bandwidth)")
     nt.claim(sp_small > 1.1 and sp_large < 1.1, "a warm L2 beats a flushed one only for the size that fits in L2",
              f"flushed/warm: {sp_small:.2f}x (fits), {sp_large:.2f}x (8x L2)")
-    s.result = f"{ENV.backend}: flushed/warm time {sp_small:.2f}x (fits in L2), {sp_large:.2f}x (8x L2)"
+    s.result = (f"{ENV.backend}: flushed/warm time {sp_small:.2f}x (fits in L2), {sp_large:.2f}x (8x L2); "
+                + check_spread(RAW_BY_HAND, SMALL))
 
 # %% [markdown]
 # ## Takeaways
@@ -340,10 +466,13 @@ with nt.section("2. Warm vs cold L2 by hand") as s:
 # - Decide cache and clock control on purpose. nsight-python flushes caches
 #   (`"all"`) and leaves clocks free (`"none"`); the `ncu` command line flushes and locks
 #   to base. The same kernel can differ a lot between the two.
-# - A cold-cache number is reproducible; a warm-cache number is what the kernel sees
-#   inside a real model when its input was just produced. Know which you report.
-# - Measure the clock (`gpc__cycles_elapsed.avg.per_second`); `ComputeClock` is the
-#   card's rating and never moves.
+# - A flushed-cache number gives every run the same starting state (an L2 without the
+#   input) -- not a smaller spread: section 2 compares the spreads on your runs. A warm-cache
+#   number is what the kernel sees inside a real model when its input was just produced.
+#   Know which you report.
+# - Measure the clock (`gpc__cycles_elapsed.avg.per_second`) of each kernel you judge;
+#   `ComputeClock` is the card's rating and never moves, and `clock_control="base"` does not
+#   pin one frequency. Set a % of peak against the peak at the clock the kernel ran at.
 # - No Nsight Compute backend? The `ncu` CLI on the same kernels file gives the same
 #   controls and nsight-python's table, and under CUPTI you can flush the L2 yourself --
 #   but you cannot lock clocks there.

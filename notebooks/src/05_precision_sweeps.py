@@ -4,30 +4,38 @@
 # **What you will learn**
 # - how to sweep matrix sizes and precisions in one benchmark, with one annotation per
 #   precision;
-# - why a sweep over sizes can fail with *"Expect same number of kernels per run"*
-#   -- and the fix: one profiled call per size;
+# - why nsight-python can refuse a sweep over sizes (its kernel-count check) -- and the fix:
+#   one profiled call per size;
 # - `derive_metric`, to get TFLOP/s as a metric of its own, and `normalize_against`, to
 #   get times relative to fp32 -- and the trap in normalisation: **only `AvgValue` is
 #   divided**; `MinValue`, `MaxValue`, `StdDev`, the CI and `Unit` still describe raw
 #   nanoseconds, `Geomean` is built from the divided values;
 # - how TF32 is switched on in PyTorch (`fp32_precision`, or `allow_tf32` on older
 #   versions), and how to check by its numbers that it really is on;
-# - where each precision lands against this GPU's datasheet peak (plot and table).
+# - where each precision lands against this GPU's datasheet peak (plot and table), and the
+#   clock beside the largest sizes: measured under Nsight Compute, not measured under CUPTI.
 #
 # TF32 and bf16 need compute capability ≥ 8.0 (Ampere or newer). On a T4 (7.5) they
-# are left out, with the reason printed -- no row is faked. Runs on either backend.
+# are left out, with the reason printed -- no row is faked. Runs on either backend. On Colab
+# each notebook runs in a fresh runtime of its own: the setup cell below installs what this
+# notebook needs (nothing has to run before it), and a second run of it skips what is there.
 
 # %%
 {{SETUP}}
 
 # %%
+import inspect
 import math
 
 import matplotlib.pyplot as plt
 import nsight
 import numpy as np
 import pandas as pd
+import pynvml
 import torch
+from scipy import stats
+
+from nspy_tutorial import ncu_cli
 
 pd.set_option("display.width", 200)
 SILENT = nsight.VerbosityLevel.SILENT  # every profile here is silent; notebook 02 shows nsight's output
@@ -66,6 +74,33 @@ def add(a: float, b: float) -> float:
 def kernel_names(kernel_column: str) -> list[str]:
     """The Kernel column joins combined kernels with '|': one short name each (nt.short_kernel_name)."""
     return [nt.short_kernel_name(name) for name in kernel_column.split("|")]
+
+
+def rows_of(results) -> pd.DataFrame:
+    """results.to_dataframe(), refusing an empty table: when no kernel was profiled nsight-python 1.1.0 returns
+    one, 1.1.1 raises a RuntimeError itself; either way the section stops with that reason."""
+    table = results.to_dataframe()
+    if table.empty:
+        raise RuntimeError("No kernels were profiled: nsight-python returned an empty table")
+    return table
+
+
+def refusal(call) -> str | None:
+    """None if call() returned; else the first line of the error with which nsight-python refused it. Judged by where
+    the error was raised (nsight's own code), not by its words, which 1.1.1 changed; any other error propagates."""
+    try:
+        call()
+    except Exception as exc:
+        if not inspect.trace()[-1].frame.f_globals.get("__name__", "").startswith("nsight"):  # where it was raised
+            raise
+        return f"{type(exc).__name__}: " + (str(exc).splitlines() or [""])[0]
+    return None
+
+
+@nsight.experimental.collect(scope=nsight.CollectionScope.ANNOTATION)
+def nvml_mhz_at_entry(annotation_name, n):
+    """NVML's SM clock when the annotation opens, before its kernel starts: a weak proxy for the kernel's clock."""
+    return pynvml.nvmlDeviceGetClockInfo(NVML, pynvml.NVML_CLOCK_SM)
 
 # %% [markdown]
 # ## 1. TF32: how it is switched on, and a check that it is on
@@ -121,9 +156,15 @@ with nt.section("1. TF32 is really on when switched on") as s:
 # launched in the whole call by (configurations × runs). cuBLAS picks its algorithm by
 # size and GPU, and some algorithms launch more than one kernel (the names are printed
 # below, for the sizes where that happens on your GPU). Sweeping all sizes in one call
-# then raises *"Expect same number of kernels per run. Got average of 1.33 per run"*
-# (that message was seen on an H200 for sizes 512/2048/8192) -- or silently mixes
-# kernels up when the totals happen to divide evenly.
+# then raises an error that the kernel count per run differs (nsight-python 1.1.0 words it
+# *"Expect same number of kernels per run. Got average of … per run"*; 1.1.1 words it
+# differently, with the kernel and run counts) -- or silently mixes kernels up when the
+# totals happen to divide evenly.
+#
+# The sweep also records NVML's SM clock as each annotation opens (`nvml_mhz_at_entry`, an
+# `ANNOTATION` collector, notebook 08): a weak proxy for the clock the kernel ran at, read
+# before the kernel starts, while earlier work may still be running. Section 6 uses it
+# where nothing better is measured.
 #
 # Options the nsight-python docs give: `combine_kernel_metrics` (combines the kernels of
 # a run, but still needs equal counts), `ignore_kernel_list` (drop a helper kernel by
@@ -151,15 +192,17 @@ def sweep(n: int) -> None:
 
 def one_call_per_size(bench, sizes: list[int]) -> pd.DataFrame:
     """Profile each size in its own call: the kernel-count check then spans one size only."""
-    return pd.concat([bench(configs=[n]).to_dataframe() for n in sizes], ignore_index=True)
+    return pd.concat([rows_of(bench(configs=[n])) for n in sizes], ignore_index=True)
 
 
 RUNS = 5
 sweep_tflops = nsight.analyze.kernel(runs=RUNS, derive_metric=tflops, thermal_mode="off", verbosity=SILENT,
-                                     combine_kernel_metrics=add)(sweep)
+                                     combine_kernel_metrics=add, info_collectors=[nvml_mhz_at_entry])(sweep)
 
 with nt.section("2. Sweep sizes one call per size, with a derived TFLOP/s metric") as s:
     ENV.require("profiler")
+    pynvml.nvmlInit()
+    NVML = nt.nvml_handle()  # the GPU CUDA runs on (NVML's own numbering ignores CUDA_VISIBLE_DEVICES)
     df = one_call_per_size(sweep_tflops, SIZES)
     TF = df[df.Metric == "tflops"].pivot(index="n", columns="Annotation", values="AvgValue")[PRECISIONS]
     TIMES = df[df.Metric == "gpu__time_duration.sum"]
@@ -191,7 +234,10 @@ with nt.section("2. Sweep sizes one call per size, with a derived TFLOP/s metric
 # From the per-size kernel counts we can *predict* whether one call over all sizes
 # passes nsight-python's check -- the rule is the division above, written out as
 # `one_call_fails` -- then try it. The prediction is checked against what actually
-# happens, on your GPU.
+# happens on your GPU: whether nsight-python refuses the call. A refusal is recognised by
+# where the error comes from -- nsight-python's own code (`refusal`, defined at the top) --
+# not by its wording, which changes between versions; an error from anywhere else (PyTorch,
+# CUDA) is not a refusal and stops the section.
 
 # %%
 def one_call_fails(counts_per_size: list[int], runs: int) -> bool:
@@ -205,15 +251,12 @@ with nt.section("3. One call over all sizes: predicted vs observed") as s:
     all_at_once = nsight.analyze.kernel(configs=SIZES, runs=RUNS, thermal_mode="off", verbosity=SILENT,
                                         combine_kernel_metrics=add)(sweep)
     predicted = {p: one_call_fails(list(COUNTS[p]), RUNS) for p in PRECISIONS}
-    try:
-        all_at_once()
-        observed = None
-    except RuntimeError as exc:
-        observed = str(exc).splitlines()[0]
+    observed = refusal(all_at_once)
     print(f"  predicted to fail: {[p for p in PRECISIONS if predicted[p]] or 'none'}")
-    print(f"  observed: {observed or 'no error'}")
-    nt.claim(any(predicted.values()) == (observed is not None and "same number of kernels" in observed),
-             "the error appears exactly when per-size kernel counts make the total indivisible")
+    print(f"  observed: {observed or 'nsight-python returned a table'}")
+    nt.claim(any(predicted.values()) == (observed is not None),
+             "nsight-python refuses the call exactly when per-size kernel counts make the total indivisible",
+             observed or "no refusal")
     uneven = [p for p in PRECISIONS if COUNTS[p].nunique() > 1]
     if uneven and observed is None:
         print(f"  WARNING: counts differ by size for {uneven} but divide evenly: one call would have mixed kernels up")
@@ -237,22 +280,18 @@ with nt.section("3. One call over all sizes: predicted vs observed") as s:
 # - **unitless and still valid**: `RelativeStdDevPct`, computed before the division: the
 #   run-to-run spread of that row in percent, whatever the units.
 #
-# The checks rebuild the raw mean (`AvgValue × NormalizationValue`) and show which
-# statistic belongs to which.
+# The checks rebuild the raw mean (`AvgValue × NormalizationValue`), show which statistic
+# belongs to which, and that the rebuilt mean is the time in ns section 2 measured for the
+# same precision and size. That is a separate measurement of the same kernels, so it agrees
+# within the run-to-run drift, not to the nanosecond: the check allows a tenth. A misread --
+# a ratio taken for ns, or the divisor of the other size -- is off by far more.
 
 # %%
-sweep_normalized = nsight.analyze.kernel(runs=RUNS, normalize_against="fp32", thermal_mode="off",
-                                         verbosity=SILENT, combine_kernel_metrics=add)(sweep)
-
-with nt.section("4. Normalisation divides AvgValue only") as s:
-    ENV.require("profiler")
-    same = [n for n in SIZES if (COUNTS.loc[n] == COUNTS.loc[SIZES[-1]]).all()]  # kernel counts equal to the largest's
-    pair = same[-2:]
-    print(f"  sizes in one call: {pair} (kernel counts agree for every precision)")
-    rd = sweep_normalized(configs=pair).to_dataframe()
+def check_normalised(rd: pd.DataFrame, times: pd.DataFrame) -> pd.Series:
+    """The claims about a table made with normalize_against="fp32"; ``times``: section 2's time rows (raw ns).
+    Returns the fastest normalised row."""
     ns_cols = ["NormalizationValue", "MinValue", "MaxValue", "StdDev", "CI95_Lower", "CI95_Upper"]
     view = rd[["Annotation", "n", "AvgValue", "Geomean", *ns_cols, "RelativeStdDevPct", "Unit"]]
-    print(nt.rules(ENV.backend))
     print(view.to_string(index=False, formatters={
         **{c: "{:,.0f}".format for c in ns_cols}, "AvgValue": "{:.3f}".format, "Geomean": "{:.3f}".format,
         "RelativeStdDevPct": "{:.2f}".format}))
@@ -270,9 +309,26 @@ with nt.section("4. Normalisation divides AvgValue only") as s:
     nt.claim(np.allclose(rd.Geomean, geo), "Geomean is the geometric mean of the normalised AvgValue over the sizes")
     nt.claim(rd.Unit.isin(["ns", "nsecond"]).all(), "Unit still names nanoseconds although AvgValue is now a ratio",
              f"{sorted(set(rd.Unit))}")
+    measured = times.set_index(["Annotation", "n"]).AvgValue
+    back = raw_mean.to_numpy() / measured.loc[list(zip(rd.Annotation, rd.n))].to_numpy()
+    print(f"  AvgValue x NormalizationValue over section 2's mean time of the same kernel: {back.min():.3f} to "
+          f"{back.max():.3f}")
+    nt.claim(((back > 0.9) & (back < 1.1)).all(), "AvgValue x NormalizationValue gives back section 2's raw mean "
+             "time in ns (a separate measurement of the same kernels: within 10 %)", f"{back.min():.3f}-{back.max():.3f}")
     other = rd[rd.Annotation != "fp32"]
-    nt.claim((other.AvgValue < other.CI95_Lower).all(), "so the 'CI' of a normalised row does not contain its AvgValue")
-    fastest = other.loc[other.AvgValue.idxmin()]
+    return other.loc[other.AvgValue.idxmin()]
+
+
+sweep_normalized = nsight.analyze.kernel(runs=RUNS, normalize_against="fp32", thermal_mode="off",
+                                         verbosity=SILENT, combine_kernel_metrics=add)(sweep)
+
+with nt.section("4. Normalisation divides AvgValue only") as s:
+    ENV.require("profiler")
+    same = [n for n in SIZES if (COUNTS.loc[n] == COUNTS.loc[SIZES[-1]]).all()]  # kernel counts equal to the largest's
+    pair = same[-2:]
+    print(f"  sizes in one call: {pair} (kernel counts agree for every precision)")
+    print(nt.rules(ENV.backend))
+    fastest = check_normalised(rows_of(sweep_normalized(configs=pair)), TIMES)
     s.result = (f"{fastest.Annotation} at n={fastest.n} takes {fastest.AvgValue:.3f}x fp32's time (geomean over {pair}: "
                 f"{fastest.Geomean:.3f}); Min/Max/StdDev/CI stay ns, RelativeStdDevPct stays valid")
 
@@ -283,7 +339,9 @@ with nt.section("4. Normalisation divides AvgValue only") as s:
 # line of the same colour. Peaks come from the table in `nspy_tutorial` (dense, boost
 # clock, fp32 accumulate for fp16), looked up by device name; for an unknown GPU the
 # lines are simply absent. A measured rate above its peak would be a finding to explain,
-# not noise: the check fails if it happens.
+# not noise: the check fails if it happens. The datasheet states its peak at one SM clock,
+# which a GPU under a long tensor-core load need not hold: section 6 puts the clock beside
+# the largest sizes.
 
 # %%
 with nt.section("5. Plot and % of peak") as s:
@@ -302,16 +360,115 @@ with nt.section("5. Plot and % of peak") as s:
     ax.set_title(f"{ENV.gpu_name}: measured (solid) vs datasheet peak (dashed)")
     ax.legend(); plt.tight_layout(); plt.show()
     print(nt.rules(ENV.backend))
+    s.result = f"{ENV.gpu_name} not in the datasheet table: measured only, no % of peak"
     if pct:
         print("  % of datasheet peak:")
         print(pd.DataFrame(pct).to_string(float_format=lambda v: f"{v:6.1f}"))
         for p in pct:
             nt.claim(pct[p].max() <= 100, f"{p} never exceeds its datasheet peak", f"max {pct[p].max():.1f}%")
-    big = SIZES[-1]
-    if pct:
-        s.result = f"n={big}: " + ", ".join(f"{p} {pct[p].loc[big]:.0f}%" for p in pct) + f" of {sheet.gpu} peak"
+        s.result = f"n={SIZES[-1]}: " + ", ".join(f"{p} {pct[p].loc[SIZES[-1]]:.0f}%" for p in pct) + \
+            f" of {sheet.gpu} peak"
+
+# %% [markdown]
+# ## 6. The clock beside the largest sizes
+#
+# A rate that falls from one size to the next, or a % of peak, means little until the clock
+# is known. For the two largest sizes the cell prints, per precision:
+#
+# - TFLOP/s at each size and whether it changes from the smaller to the larger: Welch's t on
+#   the per-run rates, Holm-corrected over the precisions -- "falls", "rises" or "not
+#   distinguishable";
+# - **under the Nsight Compute backend**: the clock each kernel ran at
+#   (`gpc__cycles_elapsed.avg.per_second`, in one more profile of the two sizes; for a run of
+#   several kernels `per_run` weights their clocks by their times), the change of the rate per
+#   clock cycle, and the % of the peak *at that clock* (peak × clock / the clock the datasheet
+#   states it at) beside the % of the datasheet; the check fails if a kernel beats the peak at
+#   its clock;
+# - **under the CUPTI backend**: no clock. CUPTI measures durations only, so nothing here says
+#   at what clock the kernels ran. NVML's SM clock as each annotation opened (section 2's
+#   collector) is printed instead, labelled for what it is: a weak proxy, read before the
+#   kernel started, often while the previous precision's matmul was still running.
+
+# %%
+SM_HZ = "gpc__cycles_elapsed.avg.per_second"
+PROXY = "nvml_mhz_at_entry_Avg"  # section 2's ANNOTATION collector, as nsight-python aggregates it into the table
+
+
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjustment: a family of p-values keeps its 5 % level whatever their number."""
+    p = np.asarray(p, float)
+    order, out = np.argsort(p), np.empty(len(p))
+    out[order] = np.minimum(1, np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order]))
+    return out
+
+
+def per_run(x, y):
+    """combine_kernel_metrics on two kernels' [time, SM Hz] of one run: times add, the clock is time-weighted."""
+    out = x + y
+    out[1] = (x[1] * x[0] + y[1] * y[0]) / out[0]
+    return out
+
+
+def beside_the_clock(table: pd.DataFrame, peaks: dict) -> pd.DataFrame:
+    """Per precision and size: TFLOP/s (2 n^3 / time) and its run-to-run sd, the SM clock where the table has it,
+    NVML's clock at annotation entry (a weak proxy), % of the datasheet and of the peak at the measured clock.
+    ``peaks``: precision -> (datasheet TFLOP/s, the SM clock in MHz it is stated at)."""
+    rows = []
+    for r in table[table.Metric == "gpu__time_duration.sum"].itertuples():
+        rate = 2 * r.n**3 / ncu_cli.to_base_units(r.AvgValue, r.Unit) / 1e12
+        hz = table[(table.Metric == SM_HZ) & (table.Annotation == r.Annotation) & (table.n == r.n)]
+        mhz = ncu_cli.to_base_units(hz.AvgValue.iloc[0], hz.Unit.iloc[0]) / 1e6 if len(hz) else np.nan
+        peak, sheet_mhz = peaks.get(r.Annotation, (None, None))
+        rows.append({"precision": r.Annotation, "n": r.n, "TFLOP/s": rate, "sd": rate * r.StdDev / r.AvgValue,
+                     "runs": r.NumRuns, "SM MHz": mhz, "NVML MHz (proxy)": getattr(r, PROXY, np.nan),
+                     "% datasheet": 100 * rate / peak if peak else np.nan,
+                     "% at its clock": 100 * rate / (peak * mhz / sheet_mhz) if peak and sheet_mhz else np.nan})
+    return pd.DataFrame(rows)
+
+
+def rate_change(clock: pd.DataFrame, small: int, large: int) -> pd.DataFrame:
+    """Per precision, the rate at ``large`` against ``small``: change, Welch's p, Holm, verdict; the clocks beside."""
+    rows = []
+    for p, g in clock.groupby("precision", sort=False):
+        a, b = g.set_index("n").loc[small], g.set_index("n").loc[large]
+        welch = stats.ttest_ind_from_stats(a["TFLOP/s"], a.sd, a.runs, b["TFLOP/s"], b.sd, b.runs, equal_var=False)
+        rows.append({"precision": p, "rate %": 100 * (b["TFLOP/s"] / a["TFLOP/s"] - 1), "p": welch.pvalue,
+                     "clock %": 100 * (b["SM MHz"] / a["SM MHz"] - 1),
+                     "rate per cycle %": 100 * (b["TFLOP/s"] / b["SM MHz"] / (a["TFLOP/s"] / a["SM MHz"]) - 1),
+                     "proxy %": 100 * (b["NVML MHz (proxy)"] / a["NVML MHz (proxy)"] - 1)})
+    table = pd.DataFrame(rows)
+    table["p_holm"] = holm(table.p)
+    table["verdict"] = np.where(~(table.p_holm < 0.05), "not distinguishable",
+                                np.where(table["rate %"] < 0, "falls", "rises"))
+    return table
+
+
+with nt.section("6. The clock beside the largest sizes") as s:
+    ENV.require("profiler")
+    small, large = SIZES[-2:]
+    if ENV.backend == "ncu":  # one more profile of the two sizes, with the clock each kernel ran at
+        clocked = nsight.analyze.kernel(runs=RUNS, metrics=["gpu__time_duration.sum", SM_HZ], thermal_mode="off",
+                                        verbosity=SILENT, combine_kernel_metrics=per_run,
+                                        info_collectors=[nvml_mhz_at_entry])(sweep)
+        table = one_call_per_size(clocked, [small, large])
     else:
-        s.result = f"{ENV.gpu_name} not in the datasheet table: measured only, no % of peak"
+        table = df[df.n.isin([small, large])]
+        print("  the CUPTI backend measures no clock: the clock columns stay empty; NVML's reading at each "
+              "annotation's entry is a weak proxy, not the kernel's clock")
+    print(nt.rules(ENV.backend))
+    sheet = ENV.datasheet
+    CLOCK = beside_the_clock(table, {p: (sheet.peak_tflops(p).value, sheet.peak_clock_mhz(p)) for p in PRECISIONS}
+                             if sheet else {})
+    print(CLOCK.drop(columns=["sd", "runs"]).to_string(index=False, float_format="{:,.1f}".format))
+    CHANGE = rate_change(CLOCK, small, large)
+    print(f"\n  from n={small} to n={large} (p Holm-adjusted over {len(CHANGE)} precisions):")
+    print(CHANGE.to_string(index=False, float_format="{:,.3g}".format))
+    if CLOCK["% at its clock"].notna().any():
+        nt.claim((CLOCK["% at its clock"].dropna() <= 100).all(), "no kernel beats its datasheet peak at the clock "
+                 "it ran at", f"up to {CLOCK['% at its clock'].max():.1f}%")
+    s.result = f"n={small}->{large}: " + ", ".join(
+        f"{r.precision} {r.verdict} ({r['rate %']:+.1f}%; " + (f"clock {r['clock %']:+.1f}%)" if np.isfinite(
+            r["clock %"]) else f"clock not measured, NVML proxy {r['proxy %']:+.1f}%)") for _, r in CHANGE.iterrows())
 
 # %% [markdown]
 # ## Takeaways
@@ -324,6 +481,9 @@ with nt.section("5. Plot and % of peak") as s:
 #   unitless and still the row's spread.
 # - Small matrices are far from peak on any GPU; the gap closes with size, and tensor-core
 #   precisions (TF32, fp16, bf16) reach many times the fp32 rate.
+# - Put the clock beside a rate before reading a change in it: under Nsight Compute measure
+#   it (`gpc__cycles_elapsed.avg.per_second`) and set the rate against the peak at that
+#   clock; under CUPTI no clock is measured, and an NVML sample is a weak proxy.
 # - TF32 is opt-in in PyTorch for matmuls: check it is on by its numbers, not its name.
 #
 # ## Try it
