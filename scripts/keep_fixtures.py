@@ -1,6 +1,6 @@
 """Keep the tables the CPU tests read (tests/fixtures/*.json) from a GPU run of the notebooks.
 
-    python scripts/keep_fixtures.py [--out tests/fixtures/run1] 04 06 07 09 10
+    python scripts/keep_fixtures.py [--out tests/fixtures/run1] 04 06 07 08 09 10
 
 The tests read two such folders, ``run1`` and ``run2``, kept by two separate GPU runs: a verdict
 a notebook prints must come out the same from both (``tests/notebook_code.fixture``).
@@ -24,8 +24,14 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 KEEP = "from nspy_tutorial.ncu_cli import keep_table\n"
+EVENTS = 'pd.DataFrame({}["events"], columns=["op", "events_ns", "wall_ns"])'  # 09 section 4: one row per launch
 IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its own process
-    "09": KEEP + 'print(keep_table(CUPTI["table"], ck.workload, [()], ck.RUNS, [TIME], name="workload-cupti"))',
+    "04": KEEP + 'print(keep_table(RAW_BY_HAND, ck.stream_after, BY_HAND_CONFIGS, 20, [TIME], name="stream_after-raw"))',
+    "08": KEEP + 'print(keep_table(OFF["raw"], profile_heated, [N_HEAT], RUNS, [], name="thermal-off"))\n'
+                 'print(keep_table(AUTO["raw"], profile_heated, [N_HEAT], RUNS, [], name="thermal-auto"))',
+    "09": KEEP + 'print(keep_table(CUPTI["table"], ck.workload, [()], ck.RUNS, [TIME], name="workload-cupti"))\n'
+                 f'print(keep_table({EVENTS.format("CUPTI")}, ck.workload, [()], ck.RUNS, [TIME], name="events-cupti"))\n'
+                 f'print(keep_table({EVENTS.format("PLAIN")}, ck.workload, [()], ck.RUNS, [TIME], name="events-plain"))',
     "10": KEEP + 'print(keep_table(DF, ek.stream, SIZES, RUNS, [TIME]))\n'
                  'print(keep_table(found, ek.matmul, [N_FULL], 1, list(found.metric), name="full-matmul"))',
 }
