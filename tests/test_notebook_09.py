@@ -449,18 +449,17 @@ def test_what_the_preload_means_follows_torch_version_cuda(cuda, one, words):
 
 
 def cupti_child(tmp_path, monkeypatch, *, on_colab: bool, pip_exit: int, ran: list):
-    def fake_run(cmd, check=False, **kwargs):  # like subprocess.run: check=True raises on a failed pip
+    def fake_run(cmd, env, timeout):  # like lifetime.run: exit code and output
         ran.append(cmd)
-        done = subprocess.CompletedProcess(cmd, pip_exit, "", "ERROR: No matching distribution found for cupti-python")
-        return done.check_returncode() if check else done
+        return pip_exit, "ERROR: No matching distribution found for cupti-python"
 
     fake_backend = SimpleNamespace(cupti_problem=lambda library, available: "cupti-python is not installed",
-                                   find_cupti_library=lambda paths=None: None, cupti_python_available=lambda: False)
-    install = [sys.executable, "-m", "pip", "install", "--target", str(tmp_path / "pkgs"), "cupti-python>=13.4"]
+                                   find_cupti_library=lambda paths=None: None, cupti_python_available=lambda: False,
+                                   use_cupti_target=lambda: (None, f"cupti-python is not installed (looked in {tmp_path})"))
+    install = [sys.executable, "-m", "pip", "install", "--target", str(tmp_path / "pkgs"), "cupti-python==13.4.0"]
     return functions(STEM, "cupti_child", ENV=SimpleNamespace(on_colab=on_colab), nt=nt, backend=fake_backend,
-                     subprocess=SimpleNamespace(run=fake_run), os=os, pd=pd, ncu_cli=ncu_cli, child=None,
-                     CUPTI_DIR=str(tmp_path / "pkgs"), CUPTI_INSTALL=install,
-                     CUPTI_REMEDY="`pip install 'nsight-python[cupti]'` ...").cupti_child
+                     lifetime=SimpleNamespace(run=fake_run), os=os, pd=pd, ncu_cli=ncu_cli, child=None,
+                     CUPTI_INSTALL=install, CUPTI_REMEDY="`pip install 'nspy-tutorial[cupti]'` ...").cupti_child
 
 
 @pytest.mark.parametrize(("on_colab", "reason"), [(True, "pip failed: ERROR: No matching distribution"),
@@ -475,6 +474,6 @@ def test_without_cupti_python_the_section_is_skipped_with_the_remedy_not_failed(
         run("cupti_workload")
     record = sections.records()[-1]
     assert s.status == sections.SKIPPED and record.needs == "cupti"
-    assert reason in record.reason and "pip install 'nsight-python[cupti]'" in record.remedy
+    assert reason in record.reason and "pip install 'nspy-tutorial[cupti]'" in record.remedy
     assert len(ran) == (1 if on_colab else 0)  # pip runs on Colab only, and its command is printed
     assert ("$ " in capsys.readouterr().out) == on_colab
