@@ -45,6 +45,16 @@ def default_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def caught(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``signum`` (the SigCgt mask of /proc/<pid>/status)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as status:
+            mask = next(line.split()[1] for line in status if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(mask, 16) >> (signum - 1) & 1)
+
+
 def test_the_console_script_starts_in_the_module_that_installs_the_handlers_first():
     assert entry_point() == ("nspy_tutorial.cli", "main")
 
@@ -52,7 +62,8 @@ def test_the_console_script_starts_in_the_module_that_installs_the_handlers_firs
 @pytest.mark.skipif(not hasattr(os, "killpg"), reason="signals a process group")
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_during_start_up_is_one_line_and_the_exit_code(tmp_path, signum, code):
-    """0.1 s after start the command has not yet started its pytest (Python and the package are loading)."""
+    """The signal arrives as soon as the command's handlers are in place (SIGTERM caught, as /proc says),
+    long before its pytest could have started: the start-up, whatever the machine's load."""
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('never')")])
@@ -64,15 +75,16 @@ def test_a_signal_during_start_up_is_one_line_and_the_exit_code(tmp_path, signum
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True, preexec_fn=default_signals,
     )
-    time.sleep(0.1)
+    deadline = time.monotonic() + 30
+    while not caught(process.pid, signal.SIGTERM) and time.monotonic() < deadline:
+        time.sleep(0.005)
     os.killpg(process.pid, signum)  # what Ctrl-C does: the whole foreground process group
     output, _ = process.communicate(timeout=60)
     name = signal.Signals(signum).name
     assert process.returncode == code, output
     assert "Traceback" not in output, output
-    assert [line for line in output.splitlines() if "interrupted" in line] == [
-        f"interrupted ({name}); {out} left as it was"
-    ], output
+    said = [line for line in output.splitlines() if "interrupted" in line]
+    assert said in ([f"interrupted ({name})"], [f"interrupted ({name}); {out} left as it was"]), output  # --out read yet?
     assert output.splitlines()[-1].startswith("interrupted"), output
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["notebooks"]
 
