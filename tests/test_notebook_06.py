@@ -205,6 +205,18 @@ def test_each_op_puts_every_operation_of_the_math_path_in_an_annotation_of_its_o
         torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(before)
 
 
+def test_each_op_keeps_nsight_pythons_annotation_rules_one_at_a_time_and_unique_names(rk):
+    from nsight.annotation import _is_in_annotation, clear_active_annotations
+
+    q = torch.randn(1, 2, 16, 8)
+    for _ in range(2):  # two runs, as nsight-python makes them: the same names again after the reset
+        clear_active_annotations()
+        with sdpa_kernel(SDPBackend.MATH), rk.EachOp("math"):  # nsight's own annotate: nesting or a repeat would raise
+            out = F.scaled_dot_product_attention(q, q, q)
+        assert not _is_in_annotation()
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, q, q), atol=1e-6)
+
+
 def test_limits_measures_both_math_paths_whole_and_op_by_op(rk, on_cpu, monkeypatch):
     monkeypatch.setattr(rk, "WARM", set())
     rk.limits(8, 64, 2, 1, 2, 16, 8, "bf16", "none")
@@ -626,6 +638,13 @@ def failed(result, section: str) -> str:
     record = result["records"][section]
     assert record.status == "FAILED", (section, record)
     return record.reason
+
+
+def test_a_stream_faster_than_the_clock_derived_dram_peak_fails_section_1(tmp_path, monkeypatch, rk):
+    roofs = roofs_table(rk)
+    roofs.loc[roofs.Annotation == "y = x * 2", "AvgValue"] = 380e3  # 2 x 960 MiB in 380 us: 5,300 GB/s > 4,917
+    result = run_notebook(tmp_path, monkeypatch, {"roofs": roofs, "limits": limits_table()})
+    assert "every mean stays at or below the hardware's peak" in failed(result, "1")
 
 
 def test_fp16_and_bf16_roofs_far_apart_fail_the_one_rate_claim(tmp_path, monkeypatch, rk):
