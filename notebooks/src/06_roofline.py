@@ -211,8 +211,10 @@ def fmt(v: float) -> str:
 # - **compute**: one large matmul per precision, FLOPs = 2·n³, in an order that alternates
 #   from run to run. fp32 runs on CUDA cores with PyTorch's default (no TF32), the same
 #   setting the math attention path of section 3 runs under. fp16 and bf16 share one
-#   tensor-core rate on the datasheets of Ampere and newer: two roofs far apart would be a
-#   finding (checked), a few percent are the kernel cuBLAS picked or the clock the GPU held.
+#   tensor-core rate on the datasheets of Ampere and newer, so a difference between their
+#   roofs is not the precision's arithmetic, nor (the order alternating) which ran first:
+#   two roofs far apart would be a finding (checked); a few percent can be the kernel cuBLAS
+#   picked, or the clock the GPU held (its power depends on the data), not measured here.
 #
 # This section asks for durations only, the one metric both backends give, so it does not
 # measure the clock: its % of datasheet is at whatever clock the GPU held.
