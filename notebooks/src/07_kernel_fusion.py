@@ -209,8 +209,8 @@ def slower_by(table: pd.DataFrame, slow: str, fast: str) -> tuple[float, float, 
     return d / 1e3, (d - half) / 1e3, (d + half) / 1e3
 
 
-def verdict(d: float, lo: float, hi: float, ref: float, margin: float = 2.0) -> str:
-    """A difference d [lo, hi] (95 %) against ref: "slower" or "faster" where the whole interval lies beyond
+def verdict(lo: float, hi: float, ref: float, margin: float = 2.0) -> str:
+    """A difference's 95 % interval [lo, hi] against ref: "slower" or "faster" where the whole interval lies beyond
     +-margin % of ref, else "not distinguishable" (a near-tie is named, not decided: it can flip from run to run)."""
     edge = margin / 100 * ref
     return "slower" if lo > edge else "faster" if hi < -edge else f"not distinguishable (within {margin:g} %)"
@@ -373,12 +373,12 @@ with nt.section("2. Bias + GELU three ways: by hand, F.gelu, torch.compile") as 
           f" the time per byte; its bias add moves its bytes at {bias['GB/s']:,.0f} GB/s, F.gelu(h) at "
           f"{alone['GB/s']:,.0f}, the compiled kernel at {fused['GB/s']:,.0f}")
     d, lo, hi = slower_by(table, fk.GELU_ONLY, fk.COMPILED)
-    same = verdict(d, lo, hi, fused["time us"])
+    same = verdict(lo, hi, fused["time us"])
     print(f"  {fk.GELU_ONLY} (what a model with the bias in its linear layer pays) against {fk.COMPILED}: "
           f"{d:+,.1f} us [{lo:+,.1f}, {hi:+,.1f}] (95 %): {same}")
-    s.result = "; ".join(f"{name}: {r['kernels']:.0f} kernel(s), {r['read MB'] + r['write MB']:,.0f} MB, "
-                         f"{r['time us']:,.0f} us" for name, r in t.iterrows()) + f"; F.gelu(h) alone vs compiled: " \
-        f"{same}; compile {compile_s:.1f} s"
+    s.result = "; ".join([*(f"{name}: {r['kernels']:.0f} kernel(s), {r['read MB'] + r['write MB']:,.0f} MB, "
+                            f"{r['time us']:,.0f} us" for name, r in t.iterrows()),
+                          f"F.gelu(h) alone vs compiled: {same}", f"compile {compile_s:.1f} s"])
 
 # %% [markdown]
 # Did the fusion succeed? The `Kernel` column says how many kernels each region launched and
