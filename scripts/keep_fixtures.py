@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 KEEP = "from nspy_tutorial.ncu_cli import keep_table\n"
 EVENTS = 'pd.DataFrame({}["events"], columns=["op", "events_ns", "wall_ns"])'  # 09 section 4: one row per launch
 IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its own process
+    "06": KEEP + 'print(keep_table(ROOF_RUNS, rk.roofs, [(N_STREAM, M_ROOF, L2, ",".join(PRECISIONS))], 10, [TIME], '
+                 'name="roofs"))',
     "04": KEEP + 'print(keep_table(RAW_BY_HAND, ck.stream_after, BY_HAND_CONFIGS, 20, [TIME], name="stream_after-raw"))',
     "08": KEEP + 'print(keep_table(OFF["raw"], profile_heated, [N_HEAT], RUNS, [], name="thermal-off"))\n'
                  'print(keep_table(AUTO["raw"], profile_heated, [N_HEAT], RUNS, [], name="thermal-auto"))',

@@ -61,12 +61,13 @@ class Figure:
 
 FIGURES = (
     Figure("roofline.png", "06", "plot",
-           "This GPU's roofs, measured and from the datasheet, with the seed's kernels and a Transformer layer's "
+           "This GPU's roofs, measured and from the datasheet, with three kernels of the tutorial this series grew "
+           "from and a Transformer layer's "
            "operations placed by their measured arithmetic intensity (rings: the formula's), each in the colour "
            "of the roof it is judged against."),
     Figure("fusion.png", "07", "plot",
            "DRAM bytes (counted by hand and measured) and time per variant: a + b * c against addcmul, and "
-           "bias + GELU by hand, with F.gelu and with torch.compile."),
+           "bias + GELU by hand, with F.gelu (and its bias add and GELU apart) and with torch.compile."),
     Figure("cupti-vs-ncu.png", "09", "plot",
            "Each kernel's time under Nsight Compute minus its time under the CUPTI backend, in % of CUPTI's "
            "mean, with a Welch 95 % interval: with the cache flush (cache_control='all') and without ('none')."),

@@ -25,7 +25,6 @@ import builtins
 import contextlib
 import os
 import re
-import subprocess
 import sys
 from types import SimpleNamespace
 
