@@ -374,7 +374,7 @@ def place(table: pd.DataFrame, model: dict, roofs: dict) -> pd.DataFrame:
     out = pd.DataFrame({"kernels": t.Kernel.str.count(r"\|") + 1, "time_us": t.AvgValue / 1e3, "MHz": w[CLOCK] / 1e6,
                         "± us": stats.t.ppf(0.975, t.NumRuns - 1) * t.StdDev / np.sqrt(t.NumRuns) / 1e3,
                         "roof": [model[n][2] for n in names], "kernel names": t.Kernel, "SM %": w[SM_PCT], "DRAM %": w[DRAM_PCT]})
-    peak, bw, sec, moved = out.roof.map(roofs) * 1e12, roofs["memory"] * 1e9, w[TIME] / 1e9, w[DRAM_BYTES]
+    peak, bw, sec, moved = out.roof.map(roofs).astype(float) * 1e12, roofs["memory"] * 1e9, w[TIME] / 1e9, w[DRAM_BYTES]
     out["TFLOP/s"], out["GB/s"] = flops / sec / 1e12, moved / sec / 1e9
     out["formula MB"], out["measured MB"] = formula / 1e6, moved / 1e6
     out["AI formula"], out["AI measured"], out["ridge"] = flops / formula, flops / moved, peak / bw
