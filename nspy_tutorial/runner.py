@@ -1,12 +1,8 @@
-"""``nspy-tutorial run``: the notebooks executed by pytest with nbmake, the results card into ``--out``.
-
-The run is one ``pytest --nbmake`` process over copies of the notebooks (the executed copies are
-what nbmake's ``--overwrite`` leaves), with the card plug-in (:mod:`nspy_tutorial.card`), which
-prints the progress lines and writes the card. Everything lands in a hidden folder inside
-``--out`` first; when the run is complete, ``results.json``, ``results.md`` and ``notebooks/``
-inside ``--out`` are replaced by the new ones (the folder itself is never renamed or removed,
-so a mount point works). Ctrl-C or SIGTERM stops pytest, which stops the kernel; ``--out`` is
-left as it was.
+"""``nspy-tutorial run``: one ``pytest --nbmake`` process over copies of the notebooks, with the card
+plug-in (:mod:`nspy_tutorial.card`) printing progress and writing the card. All lands in a hidden
+folder inside ``--out`` first; a complete run then replaces ``results.json``, ``results.md`` and
+``notebooks/`` there (``--out`` itself is never renamed or removed: a mount point works). Ctrl-C or
+SIGTERM stops pytest, which stops the kernel; ``--out`` is left as it was.
 """
 
 from __future__ import annotations
@@ -59,20 +55,13 @@ def find_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[P
 
 def topmost_missing(out: Path) -> Path | None:
     """The highest folder of ``out``'s path that does not exist yet (what the run creates), if any."""
-    missing = None
-    for path in (out, *out.parents):
-        if path.exists():
-            break
-        missing = path
-    return missing
+    missing = [path for path in (out, *out.parents) if not path.exists()]
+    return missing[-1] if missing else None
 
 
 def prepare_out(out: Path) -> Path:
-    """Check ``out``, make it if needed, and make the hidden folder the run writes into; return that.
-
-    ``out`` may be missing or a previous results folder; anything else, or a place where nothing
-    can be written, is a :class:`RunnerError` naming the folder.
-    """
+    """Make ``out`` if needed, and in it the hidden folder the run writes into; return that. ``out`` may be
+    missing or a previous results folder; anything else, or no place to write, is a :class:`RunnerError`."""
     if out.exists() and not out.is_dir():
         raise RunnerError(f"--out {out} exists and is not a folder")
     others = [p for p in out.iterdir() if not p.name.startswith(PARTIAL)] if out.is_dir() else []
@@ -103,7 +92,7 @@ def pytest_command(notebooks: list[Path], staging: Path, ini: Path, timeout: int
 
 
 def run_pytest(command: list[str], env: dict[str, str], log: Path) -> int:
-    """Run pytest in a session of its own (its output into ``log``), echo its progress lines; on
+    """Run pytest in a session of its own (its output into ``log``) and echo its progress lines. On
     Ctrl-C/SIGTERM send it SIGINT, which stops its kernel (nbclient kills the kernel's process
     group), and kill it after :data:`STOP_GRACE_SECONDS` (the kernel, losing its parent, exits)."""
     read_fd, write_fd = os.pipe()
