@@ -53,12 +53,6 @@ def find_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[P
     return [path for path in notebooks if not only or found[path] in {int(value) for value in only}]
 
 
-def topmost_missing(out: Path) -> Path | None:
-    """The highest folder of ``out``'s path that does not exist yet (what the run creates), if any."""
-    missing = [path for path in (out, *out.parents) if not path.exists()]
-    return missing[-1] if missing else None
-
-
 def prepare_out(out: Path) -> Path:
     """Make ``out`` if needed, and in it the hidden folder the run writes into; return that. ``out`` may be
     missing or a previous results folder; anything else, or no place to write, is a :class:`RunnerError`."""
@@ -74,14 +68,6 @@ def prepare_out(out: Path) -> Path:
     except OSError as error:
         raise RunnerError(f"--out {out}: cannot write there ({error.strerror or error}); "
                           "pass --out a folder you can write to") from None
-
-
-def publish(staging: Path, out: Path) -> None:
-    """Replace the card's files and executed notebooks inside ``out`` by the new ones."""
-    for name in CARD_FILES:
-        if (out / name).is_dir():
-            shutil.rmtree(out / name)
-        os.replace(staging / name, out / name)  # a file is replaced in one step
 
 
 def pytest_command(notebooks: list[Path], staging: Path, ini: Path, timeout: int) -> list[str]:
@@ -126,7 +112,8 @@ def run(notebooks_dir: Path | None, out: Path, only: list[str] | None, timeout: 
         raise RunnerError(str(error)) from None
     notebooks = find_notebooks(notebooks_dir or CLONE_NOTEBOOKS, only)
     out = out.absolute()
-    created, staging, card, log = topmost_missing(out), None, None, ""
+    missing = [path for path in (out, *out.parents) if not path.exists()]  # what the run creates
+    created, staging, card, log = missing[-1] if missing else None, None, None, ""
     try:
         staging = prepare_out(out)
         with tempfile.TemporaryDirectory(prefix="nspy-run-") as scratch:
@@ -139,7 +126,10 @@ def run(notebooks_dir: Path | None, out: Path, only: list[str] | None, timeout: 
             code = run_pytest(pytest_command(copies, staging, ini, timeout), env, Path(scratch) / "log")
             if (staging / "results.json").exists():
                 card = json.loads((staging / "results.json").read_text(encoding="utf-8"))
-                publish(staging, out)
+                for name in CARD_FILES:  # replaced inside out, which itself may be a mount point
+                    if (out / name).is_dir():
+                        shutil.rmtree(out / name)
+                    os.replace(staging / name, out / name)  # a file is replaced in one step
             else:
                 log = (Path(scratch) / "log").read_text(encoding="utf-8", errors="replace").strip()
     finally:
