@@ -82,12 +82,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def run(cmd: Sequence[str], env: Mapping[str, str], timeout: float, echo: bool = False) -> tuple[int, str]:
-    """Run ``cmd`` with ``env``; its exit code and its output (stdout and stderr, interleaved).
-
-    Raises ``subprocess.TimeoutExpired`` after ``timeout`` seconds. The output goes to a file, not a
-    pipe (a pipe nobody reads while waiting can fill and block the child). ``echo`` prints its lines
-    as they come, and a line every 30 s of silence: a long install is never mute.
-    """
+    """Run ``cmd`` with ``env``: its exit code and output (stdout and stderr, to a file: a pipe nobody reads
+    can fill and block the child), or ``subprocess.TimeoutExpired`` after ``timeout`` s. ``echo`` prints the
+    lines as they come, and a line every 30 s of silence: a long install is never mute."""
     tag = uuid.uuid4().hex
     env = {**env, TREE_VAR: tag, OWNER_VAR: identity(os.getpid()) or ""}
     with tempfile.TemporaryFile(mode="w+b") as log:

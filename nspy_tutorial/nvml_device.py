@@ -20,10 +20,8 @@ class NoSuchGpu(LookupError):
 
 
 def handle(pynvml: Any = None) -> Any:
-    """The NVML handle of CUDA's device 0 (or torch's current device once CUDA runs).
-
-    ``pynvml`` must be initialised (``nvmlInit``); tests pass a fake one.
-    """
+    """The NVML handle of CUDA's device 0 (or torch's current device once CUDA runs); ``pynvml``, initialised
+    (``nvmlInit``), may be a fake one."""
     if pynvml is None:
         import pynvml
     torch = sys.modules.get("torch")

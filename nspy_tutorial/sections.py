@@ -50,11 +50,8 @@ class SettingError(ValueError):
 
 
 class Skip(Exception):
-    """A precondition is not met: the section is SKIPPED with ``reason`` and ``remedy``.
-
-    ``lacks`` is every need the section lacks, the first first; ``needs`` is that first one, which
-    the card groups skips by. A required need among ``lacks`` (``NSPY_TUTORIAL_REQUIRE``) fails it.
-    """
+    """A precondition is not met: the section is SKIPPED with ``reason`` and ``remedy``. ``lacks`` is every
+    need it lacks (any of them required fails it), ``needs`` the first, which the card groups skips by."""
 
     def __init__(self, reason: str, remedy: str, needs: str | tuple[str, ...] = "") -> None:
         super().__init__(reason)
@@ -80,11 +77,9 @@ def needs(value, section: str, need: str = "profiler"):
     if value is not None:
         return value
     earlier = next((r for r in records() if r.section.startswith(section + ".")), None)
-    if earlier is None:
-        raise Skip(f"needs section {section}'s result; section {section} has not run", f"run section {section} first",
-                   needs=need)
-    raise Skip(f"needs section {section}'s result; section {section}: {earlier.status}, {earlier.reason}",
-               earlier.remedy or f"run section {section} first", needs=earlier.needs or need)
+    outcome = f"section {section}: {earlier.status}, {earlier.reason}" if earlier else f"section {section} has not run"
+    raise Skip(f"needs section {section}'s result; {outcome}", (earlier and earlier.remedy) or f"run section {section} first",
+               needs=(earlier and earlier.needs) or need)
 
 
 class ClaimFailed(AssertionError):
