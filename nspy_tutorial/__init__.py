@@ -25,8 +25,8 @@ _HOME = {
     "summary": ("sections", "summary"),
 }
 
-__all__ = ["Environment", "Skip", "banner", "claim", "needs", "nvml_handle", "rules", "section", "setup", "short_kernel_name",
-           "show", "summary"]
+__all__ = ["Environment", "Skip", "banner", "claim", "needs", "nvml_handle", "rules", "section", "setup",
+           "short_kernel_name", "show", "summary"]
 
 
 def __getattr__(name: str):

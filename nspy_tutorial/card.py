@@ -126,7 +126,8 @@ def card_markdown(card: dict[str, Any]) -> str:
         for s in e["sections"]:
             detail, remedy = (s["result"], None) if s["status"] == OK else (s["reason"], s["remedy"])
             lines.append(f"| {cell_text(s['section'])} | {s['status']} | {cell_text(detail)} | {cell_text(remedy)} |")
-    reasons = Counter(s["reason"] or "no reason given" for e in entries for s in e["sections"] if s["status"] == SKIPPED)
+    reasons = Counter(s["reason"] or "no reason given" for e in entries for s in e["sections"]
+                      if s["status"] == SKIPPED)
     if reasons:
         lines += ["", "## Why sections were skipped", ""]
         lines += [f"- {cell_text(reason)} — {plural(count, 'section')}" for reason, count in reasons.most_common()]

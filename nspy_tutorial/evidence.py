@@ -105,15 +105,16 @@ def reader_version() -> tuple[int, ...] | None:
 def version_verdict(writer: tuple[int, ...] | None, reader: tuple[int, ...] | None) -> tuple[str, str]:
     """``(status, message)``: whether ``ncu-report`` ``reader`` should read a report by ncu ``writer``; status
     ``"ok"``, ``"reader-older"`` or ``"unknown"``. As nsight-python's own check, only year.minor counts."""
-    ours, theirs = f"ncu-report {version_text(reader)}", f"ncu {version_text(writer)}"
+    read_by, written_by = f"ncu-report {version_text(reader)}", f"ncu {version_text(writer)}"
     if writer is None or reader is None:
-        return "unknown", f"cannot compare: report written by {theirs}, read by {ours}"
+        return "unknown", f"cannot compare: report written by {written_by}, read by {read_by}"
     if reader[:2] < writer[:2]:
-        return "reader-older", (f"{ours} is older than the {theirs} that wrote the report and may not read it: "
+        return "reader-older", (f"{read_by} is older than the {written_by} that wrote the report and may not read it: "
                                 f"pip install 'ncu-report>={writer[0]}.{writer[1]}'")
     if reader[:2] > writer[:2]:
-        return "ok", f"{ours} is newer than the {theirs} that wrote the report: newer readers are meant to open older reports"
-    return "ok", f"{ours} and {theirs} are the same release"
+        return "ok", (f"{read_by} is newer than the {written_by} that wrote the report: newer readers are meant to "
+                      "open older reports")
+    return "ok", f"{read_by} and {written_by} are the same release"
 
 
 def check_loaded(num_ranges: int, path: str | Path, writer: tuple[int, ...] | None = None,
