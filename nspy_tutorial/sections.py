@@ -78,8 +78,8 @@ def needs(value, section: str, need: str = "profiler"):
         return value
     earlier = next((r for r in records() if r.section.startswith(section + ".")), None)
     outcome = f"section {section}: {earlier.status}, {earlier.reason}" if earlier else f"section {section} has not run"
-    raise Skip(f"needs section {section}'s result; {outcome}",
-               (earlier and earlier.remedy) or f"run section {section} first", needs=(earlier and earlier.needs) or need)
+    remedy = (earlier and earlier.remedy) or f"run section {section} first"
+    raise Skip(f"needs section {section}'s result; {outcome}", remedy, needs=(earlier and earlier.needs) or need)
 
 
 class ClaimFailed(AssertionError):
