@@ -79,8 +79,7 @@ def headline(entries: list[dict[str, Any]]) -> str:
     why = f" ({', '.join(f'{n} {label}' if len(skipped) > 1 else label for label, n in skipped)})" if skipped else ""
     stopped = [(e["notebook"], e["cell"]) for e in entries if e["error"] is not None]
     failed = plural(counts[FAILED], "section") if stopped else str(counts[FAILED])
-    text = f"{counts[OK]} {'section' if counts[OK] == 1 else 'sections'} ran OK, {counts[SKIPPED]} skipped{why}, " \
-           f"{failed} failed"
+    text = f"{plural(counts[OK], 'section')} ran OK, {counts[SKIPPED]} skipped{why}, {failed} failed"
     if len(stopped) == 1:
         where = f" in cell {stopped[0][1]}" if stopped[0][1] is not None else ""
         text += f"; 1 of {plural(len(entries), 'notebook')} stopped by an error{where} ({stopped[0][0]})"
@@ -104,8 +103,7 @@ def build_card(entries: list[dict[str, Any]], started_at: str, finished_at: str)
 
 def cell_text(value: str | None) -> str:
     """Text for one Markdown table cell: the whole first line, pipes escaped."""
-    lines = (value or "").strip().splitlines()
-    return (lines[0] if lines else "").replace("|", "\\|")
+    return first_line(value or "", limit=sys.maxsize).replace("|", "\\|")
 
 
 def card_markdown(card: dict[str, Any]) -> str:
