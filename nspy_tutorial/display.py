@@ -31,8 +31,7 @@ def show(df: pd.DataFrame, cols: Sequence[str], scale: Mapping[str, float] | Non
     out = df[list(cols)].copy()
     for col, factor in (scale or {}).items():
         out[col] = pd.to_numeric(out[col]) * factor
-    text = out.to_string(index=False, float_format=lambda v: fmt.format(v))
-    print(textwrap.indent(text, "  "))
+    print(textwrap.indent(out.to_string(index=False, float_format=fmt.format), "  "))
     return out
 
 
