@@ -1,13 +1,10 @@
 """Helpers for the nspy-tutorial notebooks (GPU kernel profiling with nsight-python).
 
-A notebook's first code cell calls :func:`setup`; every section runs inside
-:class:`section`; :func:`summary` closes the notebook. Nothing here imports torch or
-nsight at import time: the import order is the bootstrap's job.
-
-The names below are imported from their modules on first use, so that ``import
-nspy_tutorial`` takes almost no time: the ``nspy-tutorial`` command (``cli``) installs its
-signal handlers right after it. (``rules`` is imported at once: it is also the name of its
-module, which an import of ``nspy_tutorial.rules`` would otherwise put here.)
+A notebook's first code cell calls :func:`setup`; every section runs inside :class:`section`;
+:func:`summary` closes the notebook. The names below are imported from their modules on first use,
+so ``import nspy_tutorial`` imports neither torch nor nsight (their order is the bootstrap's) and
+takes almost no time: the ``nspy-tutorial`` command installs its signal handlers right after it.
+(``rules`` is imported at once: an import of the module ``nspy_tutorial.rules`` would replace it here.)
 """
 
 import importlib
@@ -28,8 +25,8 @@ _HOME = {
     "summary": ("sections", "summary"),
 }
 
-__all__ = ["Environment", "Skip", "banner", "claim", "needs", "nvml_handle", "rules", "section", "setup", "short_kernel_name",
-           "show", "summary"]
+__all__ = ["Environment", "Skip", "banner", "claim", "needs", "nvml_handle", "rules", "section", "setup",
+           "short_kernel_name", "show", "summary"]
 
 
 def __getattr__(name: str):

@@ -12,7 +12,6 @@ import datetime as dt
 import json
 import os
 import platform
-import re
 import sys
 from collections import Counter
 from dataclasses import asdict, fields
@@ -21,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from nspy_tutorial.sections import FAILED, OK, RESULTS_VAR, SKIPPED, STATUSES, SectionRecord, first_line
+from nspy_tutorial.sections import CC_NEED, FAILED, OK, RESULTS_VAR, SKIPPED, STATUSES, SectionRecord, first_line
 
 NEED_LABELS = {"gpu": "no GPU", "profiler": "no profiler backend", "ncu": "no Nsight Compute backend",
                "ncu-cli": "no ncu command line", "cupti": "no cupti-python", "triton": "no Triton",
@@ -29,7 +28,6 @@ NEED_LABELS = {"gpu": "no GPU", "profiler": "no profiler backend", "ncu": "no Ns
 
 
 def now() -> str:
-    """The local time as ISO 8601 with offset, to the second."""
     return dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
@@ -38,8 +36,8 @@ def plural(count: int, noun: str) -> str:
 
 
 def read_section_records(path: Path) -> list[SectionRecord]:
-    """A JSON-lines records file; the last record per (notebook, section) wins (a re-run cell counts),
-    at the place of its first. A line that is not a record is skipped with a warning."""
+    """The records in a JSON-lines file, the last per section at the place of its first (a re-run cell
+    counts); a line that is not a record is skipped with a warning."""
     latest: dict[tuple[str, str], SectionRecord] = {}
     names = {f.name for f in fields(SectionRecord)}
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines() if path.exists() else [], 1):
@@ -67,23 +65,21 @@ def notebook_entry(name: str, seconds: float, sections: list[SectionRecord], err
 
 def need_label(needs: str | None) -> str:
     """Why a section was skipped, in a few words, from the need it lacked."""
-    if re.fullmatch(r"cc\d+\.\d+", needs or ""):
+    if CC_NEED.fullmatch(needs or ""):
         return f"GPU below compute capability {needs[2:]}"
     return NEED_LABELS.get(needs, f"no {needs}") if needs else "other reasons"
 
 
 def headline(entries: list[dict[str, Any]]) -> str:
-    """What ran first, e.g. ``3 sections ran OK, 23 skipped (21 no GPU, 2 other reasons), 0 failed``;
-    a notebook stopped before its end is named with its cell: ``...; 1 of 3 notebooks stopped by an
-    error in cell 2 (01_bad)``, and the counts then say "sections"."""
+    """What ran, e.g. ``3 sections ran OK, 23 skipped (21 no GPU, 2 other reasons), 0 failed``, then
+    each notebook stopped by an error, with its cell (``; 1 of 3 notebooks stopped by an error in cell 2 (01_bad)``)."""
     sections = [s for entry in entries for s in entry["sections"]]
     counts = Counter(s["status"] for s in sections)
     skipped = Counter(need_label(s["needs"]) for s in sections if s["status"] == SKIPPED).most_common()
     why = f" ({', '.join(f'{n} {label}' if len(skipped) > 1 else label for label, n in skipped)})" if skipped else ""
     stopped = [(e["notebook"], e["cell"]) for e in entries if e["error"] is not None]
     failed = plural(counts[FAILED], "section") if stopped else str(counts[FAILED])
-    text = f"{counts[OK]} {'section' if counts[OK] == 1 else 'sections'} ran OK, {counts[SKIPPED]} skipped{why}, " \
-           f"{failed} failed"
+    text = f"{plural(counts[OK], 'section')} ran OK, {counts[SKIPPED]} skipped{why}, {failed} failed"
     if len(stopped) == 1:
         where = f" in cell {stopped[0][1]}" if stopped[0][1] is not None else ""
         text += f"; 1 of {plural(len(entries), 'notebook')} stopped by an error{where} ({stopped[0][0]})"
@@ -107,12 +103,11 @@ def build_card(entries: list[dict[str, Any]], started_at: str, finished_at: str)
 
 def cell_text(value: str | None) -> str:
     """Text for one Markdown table cell: the whole first line, pipes escaped."""
-    lines = (value or "").strip().splitlines()
-    return (lines[0] if lines else "").replace("|", "\\|")
+    return first_line(value or "", limit=sys.maxsize).replace("|", "\\|")
 
 
 def card_markdown(card: dict[str, Any]) -> str:
-    """The human-readable card: headline, one row per notebook, a table per notebook, skip reasons."""
+    """The card to read: headline, one row per notebook, a table per notebook, skip reasons."""
     totals, entries = card["totals"], card["notebooks"]
     lines = ["# nspy-tutorial results", "", f"**{card['headline']}**", "",
              f"- Notebooks: {totals['notebooks_ok']} of {totals['notebooks']} without a FAILED section, "
@@ -129,7 +124,8 @@ def card_markdown(card: dict[str, Any]) -> str:
         for s in e["sections"]:
             detail, remedy = (s["result"], None) if s["status"] == OK else (s["reason"], s["remedy"])
             lines.append(f"| {cell_text(s['section'])} | {s['status']} | {cell_text(detail)} | {cell_text(remedy)} |")
-    reasons = Counter(s["reason"] or "no reason given" for e in entries for s in e["sections"] if s["status"] == SKIPPED)
+    reasons = Counter(s["reason"] or "no reason given" for e in entries for s in e["sections"]
+                      if s["status"] == SKIPPED)
     if reasons:
         lines += ["", "## Why sections were skipped", ""]
         lines += [f"- {cell_text(reason)} — {plural(count, 'section')}" for reason, count in reasons.most_common()]

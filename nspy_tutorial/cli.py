@@ -1,9 +1,8 @@
 """The ``nspy-tutorial`` command line; its entry point :func:`main` installs the signal handling first.
 
-Ctrl-C or SIGTERM at any moment, start-up included, ends the same way: one line
-``interrupted (SIGINT)`` on stderr, exit 130 (SIGTERM: 143), ``--out`` left as it was, no
-traceback. ``run --help`` lists the exit codes and the ``NSPY_TUTORIAL_*`` variables from the
-constants the code uses. The run itself is :mod:`nspy_tutorial.runner`'s.
+Ctrl-C or SIGTERM at any moment, start-up included, ends the same way: one line ``interrupted
+(SIGINT)`` on stderr, exit 130 (SIGTERM: 143), ``--out`` left as it was, no traceback. ``run --help``
+lists the exit codes and the variables from the code's constants; the run is :mod:`nspy_tutorial.runner`'s.
 """
 
 from __future__ import annotations
@@ -25,20 +24,6 @@ def _raise_interrupted(signum: int, frame: object) -> None:
     raise Interrupted(signum)
 
 
-def exit_codes() -> list[tuple[int, str]]:
-    """The exit codes of ``nspy-tutorial run`` and what each means."""
-    from nspy_tutorial.runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-
-    return [
-        (EXIT_OK, "every notebook ran without a FAILED section (SKIPPED sections are fine)"),
-        (EXIT_FAILED, "a notebook FAILED: a FAILED section, a cell error or --timeout, an unreadable notebook; "
-                      "the other notebooks keep their results"),
-        (EXIT_USAGE, "usage error: a bad option or folder, or an NSPY_TUTORIAL_* value it does not accept"),
-        (128 + signal.SIGINT, "Ctrl-C (SIGINT): the running kernel is stopped, --out is left as it was"),
-        (128 + signal.SIGTERM, "SIGTERM: the same"),
-    ]
-
-
 def variables() -> list[tuple[str, str]]:
     """The ``NSPY_TUTORIAL_*`` variables: (name=value, what it does), from the modules that read them."""
     from nspy_tutorial import bootstrap, ncu_cli, sections, workdir
@@ -58,28 +43,33 @@ def variables() -> list[tuple[str, str]]:
     ]
 
 
-def listing(title: str, rows: list[tuple[object, str]]) -> str:
-    """``title:`` and one wrapped, aligned line per row."""
-    import textwrap
-
-    width = max(len(str(key)) for key, _ in rows)
-    body = [textwrap.fill(text, 100, initial_indent=f"  {str(key):<{width}}  ", subsequent_indent=" " * (width + 4))
-            for key, text in rows]
-    return "\n".join([f"{title}:", *body])
-
-
-def build_parser():  # -> argparse.ArgumentParser
+def build_parser():  # -> argparse.ArgumentParser (imported here: the signal handlers come first)
     """The command line: one ``run`` subcommand; its --help ends with the exit codes and variables."""
     import argparse
+    import textwrap
     from pathlib import Path
+
+    def listing(title: str, rows: list[tuple[object, str]]) -> str:
+        width = max(len(str(key)) for key, _ in rows)
+        return "\n".join([f"{title}:", *(textwrap.fill(text, 100, initial_indent=f"  {str(key):<{width}}  ",
+                                                       subsequent_indent=" " * (width + 4)) for key, text in rows)])
 
     class RunParser(argparse.ArgumentParser):
         def format_help(self) -> str:
-            self.epilog = listing("exit codes", exit_codes()) + "\n\n" + listing("environment variables", variables())
+            from nspy_tutorial.runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+            exit_codes = [
+                (EXIT_OK, "every notebook ran without a FAILED section (SKIPPED sections are fine)"),
+                (EXIT_FAILED, "a notebook FAILED: a FAILED section, a cell error or --timeout, an unreadable "
+                              "notebook; the other notebooks keep their results"),
+                (EXIT_USAGE, "usage error: a bad option or folder, or an NSPY_TUTORIAL_* value it does not accept"),
+                (128 + signal.SIGINT, "Ctrl-C (SIGINT): the running kernel is stopped, --out is left as it was"),
+                (128 + signal.SIGTERM, "SIGTERM: the same"),
+            ]
+            self.epilog = listing("exit codes", exit_codes) + "\n\n" + listing("environment variables", variables())
             return super().format_help()
 
     def positive_seconds(text: str) -> int:
-        """argparse type for --timeout: a whole number of seconds above zero."""
         if not (text.isdigit() and int(text) > 0):
             raise argparse.ArgumentTypeError(
                 f"must be a whole number of seconds above 0, got {text!r} (for a long cell, give a large value)")

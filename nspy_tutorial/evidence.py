@@ -1,13 +1,9 @@
-"""Plumbing for keeping the evidence of a profiling investigation (notebooks 08 and 10).
+"""Bookkeeping for keeping the evidence of a profiling investigation (notebooks 08 and 10).
 
-The lessons -- ``output_prefix``/``output_csv``, reading the CSVs back, opening a report
-with ``ncu_report``, zipping the folder with ``shutil.make_archive`` -- are written out in
-the notebooks. What lives here is the bookkeeping around them, each piece testable without
-a GPU: the newest file nsight-python wrote (:func:`newest_output`), what a folder holds
-(:func:`listing`), a DataFrame against its CSV copy (:func:`round_trip_differences`), the
-``ncu-report`` reader's version against the ncu that wrote a report (:func:`version_verdict`),
-an opened report that holds nothing (:func:`check_loaded`), and the environment as a
-JSON-ready record (:func:`environment_record`).
+The lessons (``output_prefix``/``output_csv``, reading the CSVs back, ``ncu_report``, the zip) are
+written out in the notebooks; here is the plumbing around them, testable without a GPU: the newest
+file nsight-python wrote, a folder's listing, a table against its CSV copy, the report reader's
+version against the ncu that wrote a report, and the environment as a JSON-ready record.
 """
 
 from __future__ import annotations
@@ -26,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nspy_tutorial.backend import version_text
 from nspy_tutorial.environment import banner_lines
 
 # nsight-python names its files <prefix><kind>-<function>-<k>.<ext>, k counting the calls.
@@ -38,22 +35,17 @@ class UnreadableReport(RuntimeError):
 
 
 def newest_output(prefix: str, kind: str, function: str) -> Path:
-    """``<prefix><kind>-<function>-<k>.<ext>`` with the largest ``k`` (compared as a number).
-
-    ``kind`` is ``profiled_data``, ``processed_data`` or ``ncu-output``; ``k`` counts the
-    calls of one decorated function in this Python process.
-    """
+    """``<prefix><kind>-<function>-<k>.<ext>`` with the largest ``k`` (a number: it counts the calls of one
+    decorated function in this process); ``kind`` is ``profiled_data``, ``processed_data`` or ``ncu-output``."""
     if kind not in OUTPUT_KINDS:
         raise ValueError(f"newest_output(): unknown kind {kind!r}; use one of {sorted(OUTPUT_KINDS)}")
     folder, stem = os.path.split(prefix)
     pattern = re.compile(rf"^{re.escape(stem)}{re.escape(kind)}-{re.escape(function)}-(\d+)\.{OUTPUT_KINDS[kind]}$")
     found = [(int(m.group(1)), entry) for entry in Path(folder or ".").iterdir() if (m := pattern.match(entry.name))]
     if not found:
-        raise FileNotFoundError(
-            f"no {kind}-{function}-<k>.{OUTPUT_KINDS[kind]} under prefix {prefix!r} "
-            f"(was the function called with output_prefix={prefix!r}"
-            + (", output_csv=True" if OUTPUT_KINDS[kind] == "csv" else "") + "?)"
-        )
+        csv = ", output_csv=True" if OUTPUT_KINDS[kind] == "csv" else ""
+        raise FileNotFoundError(f"no {kind}-{function}-<k>.{OUTPUT_KINDS[kind]} under prefix {prefix!r} "
+                                f"(was the function called with output_prefix={prefix!r}{csv}?)")
     return max(found)[1]
 
 
@@ -66,6 +58,7 @@ def listing(folder: str | Path) -> pd.DataFrame:
 
 
 def _same_values(before: pd.Series, after: pd.Series) -> bool:
+    """Missing in the same places, numbers equal to 1e-12 relative, anything else the same as text."""
     missing_before, missing_after = before.isna().to_numpy(), after.isna().to_numpy()
     if len(before) != len(after) or not np.array_equal(missing_before, missing_after):
         return False
@@ -76,19 +69,12 @@ def _same_values(before: pd.Series, after: pd.Series) -> bool:
         nb, na = pd.to_numeric(b, errors="coerce"), pd.to_numeric(a, errors="coerce")
         if not nb.isna().any() and not na.isna().any():
             return bool(np.allclose(nb.to_numpy(dtype=float), na.to_numpy(dtype=float), rtol=1e-12, atol=0.0))
-    # text (or numbers stored as objects): the written form must survive exactly
     return bool((b.astype(str).to_numpy() == a.astype(str).to_numpy()).all())
 
 
 def round_trip_differences(frame: pd.DataFrame, back: pd.DataFrame) -> pd.DataFrame:
-    """Compare ``frame`` with ``back`` (the same table read back from CSV), column by column.
-
-    One row per column of ``frame``: its dtype before and after, whether ``back`` has it,
-    and whether the values are the same. Missing values compare equal whatever their
-    spelling (``pd.NA``, ``NaN``, ``None``); numbers compare to 1e-12 relative; anything
-    else compares as text. A string such as ``"580.10"`` that CSV turns into the number
-    580.1 is reported as *changed*, because it is.
-    """
+    """One row per column of ``frame``: its dtype before and in ``back`` (the table read back from CSV), and
+    whether the values survived. A string such as ``"580.10"`` that CSV turns into 580.1 has changed."""
     rows = []
     for col in frame.columns:
         present = col in back.columns
@@ -105,7 +91,6 @@ def _version(text: str | None) -> tuple[int, ...] | None:
 
 
 def _installed(name: str) -> str | None:
-    """The installed version of a distribution, or None."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -117,34 +102,25 @@ def reader_version() -> tuple[int, ...] | None:
     return _version(_installed("ncu-report"))
 
 
-def _text(version: tuple[int, ...] | None) -> str:
-    return "unknown" if version is None else ".".join(str(p) for p in version)
-
-
 def version_verdict(writer: tuple[int, ...] | None, reader: tuple[int, ...] | None) -> tuple[str, str]:
-    """Whether an ``ncu-report`` of version ``reader`` should read a report by ncu ``writer``.
-
-    Returns ``(status, message)``; status is ``"ok"``, ``"reader-older"`` or ``"unknown"``.
-    Like nsight-python's own check (``collection/ncu.py``), only year.minor is compared.
-    """
+    """``(status, message)``: whether ``ncu-report`` ``reader`` should read a report by ncu ``writer``; status
+    ``"ok"``, ``"reader-older"`` or ``"unknown"``. As nsight-python's own check, only year.minor counts."""
+    read_by, written_by = f"ncu-report {version_text(reader)}", f"ncu {version_text(writer)}"
     if writer is None or reader is None:
-        return "unknown", f"cannot compare: report written by ncu {_text(writer)}, read by ncu-report {_text(reader)}"
+        return "unknown", f"cannot compare: report written by {written_by}, read by {read_by}"
     if reader[:2] < writer[:2]:
-        return "reader-older", (f"ncu-report {_text(reader)} is older than the ncu {_text(writer)} that wrote the "
-                                f"report and may not read it: pip install 'ncu-report>={writer[0]}.{writer[1]}'")
+        return "reader-older", (f"{read_by} is older than the {written_by} that wrote the report and may not read it: "
+                                f"pip install 'ncu-report>={writer[0]}.{writer[1]}'")
     if reader[:2] > writer[:2]:
-        return "ok", (f"ncu-report {_text(reader)} is newer than the ncu {_text(writer)} that wrote "
-                      "the report: newer readers are meant to open older reports")
-    return "ok", f"ncu-report {_text(reader)} and ncu {_text(writer)} are the same release"
+        return "ok", (f"{read_by} is newer than the {written_by} that wrote the report: newer readers are meant to "
+                      "open older reports")
+    return "ok", f"{read_by} and {written_by} are the same release"
 
 
 def check_loaded(num_ranges: int, path: str | Path, writer: tuple[int, ...] | None = None,
                  reader: tuple[int, ...] | None = None) -> None:
-    """Raise :class:`UnreadableReport` if a loaded report holds no ranges.
-
-    ``ncu_report.load_report`` returns an empty context, without an error, for a file it
-    cannot read; a real report holds at least one range.
-    """
+    """Raise :class:`UnreadableReport` if a loaded report holds no ranges: ``ncu_report.load_report`` returns
+    an empty context, without an error, for a file it cannot read."""
     if num_ranges > 0:
         return
     path = Path(path)
@@ -161,7 +137,7 @@ def environment_record(env: Any) -> dict[str, Any]:
     return {"recorded_at_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "notebook": env.notebook, "gpu_name": env.gpu_name, "gpu_problem": env.gpu_problem, "driver": env.driver,
             "facts": facts, "datasheet": sheet, "backend": env.backend, "backend_reason": env.backend_reason,
-            "ncu_path": env.ncu_path, "ncu_version": _text(env.ncu_version) if env.ncu_version else None,
+            "ncu_path": env.ncu_path, "ncu_version": version_text(env.ncu_version) if env.ncu_version else None,
             "ncu_problem": env.ncu_problem, "cupti_problem": env.cupti_problem,
             "packages": {name: _installed(name) for name in PACKAGES},
             "torch_cuda": getattr(getattr(torch, "version", None), "cuda", None) if torch else None,

@@ -1,17 +1,10 @@
-"""What we know about the GPU: datasheet peaks (by name) and what the device reports.
+"""What we know about the GPU: datasheet peaks, looked up by name, and what the device reports.
 
-Two sources, kept apart on purpose:
-
-* :func:`datasheet_for` looks a GPU's datasheet peaks (TFLOP/s, memory bandwidth) up by
-  its device name in ``resources/gpu-datasheets.csv``, plain data read with the standard
-  ``csv`` module. A name listed in the table wins; otherwise each row's ``match`` words
-  must all be whole words of the name, and the row with the most such words wins. Whole
-  words keep the traps apart: "A10" is not a word of "A100" or "A10G", "L4" not of
-  "L40S", "H200" not of "GH200". An unknown GPU gets ``None``: the notebooks then say
-  "peak unknown" instead of inventing one.
-* :func:`device_facts` reads what the running device says about itself (SMs, L2, memory,
-  clocks). Those numbers are never taken from the table: the H200 on our test machine,
-  for instance, reports 60 MB of L2 where spec pages say 50 MB.
+:func:`datasheet_for` finds a GPU's peaks (TFLOP/s, memory bandwidth) in ``resources/gpu-datasheets.csv``:
+a name the table lists wins, else the row with the most ``match`` words that are all whole words of the
+name ("A10" is not a word of "A100" or "A10G", "H200" not of "GH200"); an unknown GPU gets None, and the
+notebooks say "peak unknown". :func:`device_facts` reads what the running device says (SMs, L2, clocks):
+never from the table (the H200 on our test machine reports 60 MB of L2 where spec pages say 50 MB).
 """
 
 from __future__ import annotations
@@ -20,6 +13,8 @@ import csv
 import dataclasses
 import re
 from importlib import resources
+
+from nspy_tutorial import nvml_device
 
 DATASHEET_FILE = "gpu-datasheets.csv"
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -33,9 +28,7 @@ class Peak:
     uncertain: bool = False  # the table marks the figure as of lower confidence
 
     def __str__(self) -> str:
-        if self.value is None:
-            return "n/a"
-        return f"{self.value:g}" + ("?" if self.uncertain else "")
+        return "n/a" if self.value is None else f"{self.value:g}{'?' if self.uncertain else ''}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,34 +76,21 @@ def load_datasheets(text: str | None = None) -> dict[str, Datasheet]:
     """The datasheet table by row label (the packaged CSV unless ``text`` is given)."""
     if text is None:
         text = resources.files("nspy_tutorial").joinpath("resources", DATASHEET_FILE).read_text(encoding="utf-8")
-    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
     sheets = {}
-    for row in rows:
-        uncertain = set(row["uncertain"].split())
-
-        def peak(column: str) -> Peak:
-            return Peak(float(row[column]) if row.get(column) else None, column in uncertain)
-
+    for row in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        peaks = {column: Peak(float(row[column]) if row.get(column) else None, column in row["uncertain"].split())
+                 for column in (*(f"{p}_tflops" for p in PRECISIONS), "mem_bandwidth_gbs", "clock_mhz",
+                                "tensor_clock_mhz")}
         sheets[row["gpu"]] = Datasheet(
-            gpu=row["gpu"],
-            names=tuple(name.strip() for name in row["device_names"].split(";") if name.strip()),
-            **{f"{p}_tflops": peak(f"{p}_tflops") for p in PRECISIONS},
-            mem_bandwidth_gbs=peak("mem_bandwidth_gbs"),
-            clock_mhz=peak("clock_mhz"),
-            tensor_clock_mhz=peak("tensor_clock_mhz"),
-            match=tuple(sorted(words(row["match"]))),
-            source=row["source"],
-        )
+            gpu=row["gpu"], names=tuple(name.strip() for name in row["device_names"].split(";") if name.strip()),
+            match=tuple(sorted(words(row["match"]))), source=row["source"], **peaks)
     return sheets
 
 
 def datasheet_for(device_name: str, sheets: dict[str, Datasheet] | None = None) -> Datasheet | None:
-    """The datasheet row for ``device_name`` (as torch/NVML report it), or None.
-
-    A name listed in the table wins (case and surrounding spaces ignored); otherwise the
-    row whose ``match`` words are all words of the name, the most specific first.
-    ``matched_by`` on the result says which.
-    """
+    """The datasheet row for ``device_name`` (as torch/NVML report it), or None: a name the table lists
+    (case and surrounding spaces ignored), else the row with the most ``match`` words, all words of the name.
+    ``matched_by`` on the result says which."""
     sheets = load_datasheets() if sheets is None else sheets
     wanted = device_name.strip().lower()
     for sheet in sheets.values():
@@ -121,9 +101,7 @@ def datasheet_for(device_name: str, sheets: dict[str, Datasheet] | None = None) 
     if not candidates:
         return None
     best = max(candidates, key=lambda sheet: len(sheet.match))
-    return dataclasses.replace(
-        best, matched_by=f"name words {sorted(best.match)} -> row {best.gpu!r}"
-    )
+    return dataclasses.replace(best, matched_by=f"name words {sorted(best.match)} -> row {best.gpu!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,14 +123,9 @@ class DeviceFacts:
 
 
 def device_facts() -> DeviceFacts:
-    """Read the current CUDA device's own numbers through torch (and NVML for clocks).
-
-    Needs a GPU; initialises CUDA, so call it only after ``setup()``. NVML's numbers are
-    read from the same GPU, found by its UUID (:mod:`nspy_tutorial.nvml_device`).
-    """
+    """The current CUDA device's own numbers, through torch and NVML (the same GPU, found by its UUID).
+    Needs a GPU; initialises CUDA, so call it only after ``setup()``."""
     import torch  # imported here: the bootstrap must import nsight before torch
-
-    from nspy_tutorial import nvml_device
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     sm_clock = mem_clock = bus_width = None
@@ -170,13 +143,7 @@ def device_facts() -> DeviceFacts:
             bus_width = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
         except Exception as exc:  # older drivers: the width stays unknown
             print(f"  (NVML memory bus width unavailable: {type(exc).__name__}: {exc})")
-    return DeviceFacts(
-        name=props.name,
-        compute_capability=(props.major, props.minor),
-        sm_count=props.multi_processor_count,
-        l2_bytes=int(getattr(props, "L2_cache_size", 0)),
-        memory_bytes=int(props.total_memory),
-        max_sm_clock_mhz=sm_clock,
-        max_mem_clock_mhz=mem_clock,
-        memory_bus_width_bits=bus_width,
-    )
+    return DeviceFacts(name=props.name, compute_capability=(props.major, props.minor),
+                       sm_count=props.multi_processor_count, l2_bytes=int(getattr(props, "L2_cache_size", 0)),
+                       memory_bytes=int(props.total_memory), max_sm_clock_mhz=sm_clock, max_mem_clock_mhz=mem_clock,
+                       memory_bus_width_bits=bus_width)

@@ -1,16 +1,12 @@
 """Every process a notebook starts ends with its cell, or with its kernel.
 
-:func:`run` runs a command in the foreground of the cell and returns its exit code and
-output. Whatever ends the wait -- the command's exit, its timeout, an interrupted cell
-(``KeyboardInterrupt``) -- it kills the command's whole tree before it returns: every
-process carrying the command's :data:`TREE_VAR` value, and every descendant of the command,
-also one that started a session of its own (ncu launches the profiled Python through its
-``TreeLauncherSubreaper``, which a process-group kill misses).
-
-When the kernel itself is killed, nothing of this process runs any more, so the children
-see to it: the command is killed with its parent (``PR_SET_PDEATHSIG``), and a Python child
-further down (the script ncu launched) calls :func:`watch_owner`, which exits it within half
-a second once the notebook's process (:data:`OWNER_VAR`) is gone.
+:func:`run` runs a command in the foreground of the cell. Whatever ends the wait (the command's exit,
+its timeout, an interrupted cell's ``KeyboardInterrupt``), it kills the command's whole tree: every
+process carrying the command's :data:`TREE_VAR` value, and every descendant, also one in a session of
+its own (ncu launches the profiled Python through its ``TreeLauncherSubreaper``, which a process-group
+kill misses). When the kernel itself is killed nothing here runs, so the children see to it: the
+command dies with its parent (``PR_SET_PDEATHSIG``), and a Python child further down (the script ncu
+launched) calls :func:`watch_owner`, which exits it once the notebook's process (:data:`OWNER_VAR`) is gone.
 """
 
 from __future__ import annotations
@@ -32,27 +28,27 @@ _LIBC = ctypes.CDLL(None, use_errno=True) if os.path.exists("/proc/self/stat") e
 
 
 def _stat(pid: int | str) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (state, ppid, ...); None if gone."""
+    """Fields of /proc/<pid>/stat after the command name (state, ppid, ...); None if gone or a zombie."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()
+            fields = handle.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+    return None if fields[0] in "ZX" else fields
 
 
 def identity(pid: int) -> str | None:
-    """``"<pid>:<start time>"`` of a running process (not a zombie), else None: a reused pid differs."""
+    """``"<pid>:<start time>"`` of a running process, else None: a reused pid differs."""
     fields = _stat(pid)
-    return None if fields is None or fields[0] in "ZX" else f"{pid}:{fields[19]}"
+    return None if fields is None else f"{pid}:{fields[19]}"
 
 
 def _tree(tag: str, root: int) -> set[int]:
     """Live processes that carry ``tag`` in their environment or descend from ``root``."""
     parents, tagged = {}, set()
     marker = f"{TREE_VAR}={tag}".encode()
-    for name in os.listdir("/proc"):
-        fields = _stat(name) if name.isdigit() else None
-        if fields is None or fields[0] in "ZX":
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        if (fields := _stat(name)) is None:
             continue
         parents[int(name)] = int(fields[1])
         try:
@@ -61,18 +57,16 @@ def _tree(tag: str, root: int) -> set[int]:
                     tagged.add(int(name))
         except OSError:  # another user's process, or gone
             pass
-    found, grew = tagged | ({root} & parents.keys()), True
-    while grew:
-        more = {pid for pid, parent in parents.items() if parent in found} - found
-        found, grew = found | more, bool(more)
+    found = tagged | ({root} & parents.keys())
+    while more := {pid for pid, parent in parents.items() if parent in found} - found:
+        found |= more
     return found - {os.getpid()}
 
 
 def kill_tree(tag: str, root: int) -> None:
     """SIGKILL every process of the tree until none is left (a process may fork meanwhile)."""
     for _ in range(100):
-        left = _tree(tag, root)
-        if not left:
+        if not (left := _tree(tag, root)):
             return
         for pid in left:
             try:
@@ -88,12 +82,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def run(cmd: Sequence[str], env: Mapping[str, str], timeout: float, echo: bool = False) -> tuple[int, str]:
-    """Run ``cmd`` with ``env``; its exit code and its output (stdout and stderr, interleaved).
-
-    Raises ``subprocess.TimeoutExpired`` after ``timeout`` seconds. The output goes to a file,
-    not a pipe (a pipe nobody reads while waiting can fill and block the child). ``echo`` prints
-    its lines as they come, and a line every 30 s of silence: a long install is never mute.
-    """
+    """Run ``cmd`` with ``env``: its exit code and output (stdout and stderr, to a file: a pipe nobody reads
+    can fill and block the child), or ``subprocess.TimeoutExpired`` after ``timeout`` s. ``echo`` prints the
+    lines as they come, and a line every 30 s of silence: a long install is never mute."""
     tag = uuid.uuid4().hex
     env = {**env, TREE_VAR: tag, OWNER_VAR: identity(os.getpid()) or ""}
     with tempfile.TemporaryFile(mode="w+b") as log:
@@ -118,7 +109,7 @@ def _wait_echoing(process: subprocess.Popen, log, timeout: float) -> int:
             code = None
         log.seek(shown)
         new = log.read()
-        lines = new if code is not None else new[: new.rfind(b"\n") + 1]
+        lines = new if code is not None else new[: new.rfind(b"\n") + 1]  # a line still being written waits
         shown += len(lines)
         for line in lines.decode(errors="replace").splitlines():
             print(f"    {line}", flush=True)
@@ -135,10 +126,8 @@ def _wait_echoing(process: subprocess.Popen, log, timeout: float) -> int:
 
 
 def watch_owner(interval: float = 0.5) -> None:
-    """In a child started by :func:`run`: exit at once when the notebook's process is gone.
-
-    Does nothing in a process started otherwise (no :data:`OWNER_VAR`).
-    """
+    """In a child started by :func:`run`: exit at once when the notebook's process is gone (nothing
+    in a process started otherwise, without :data:`OWNER_VAR`)."""
     owner = os.environ.get(OWNER_VAR)
     if not owner:
         return

@@ -1,12 +1,8 @@
-"""``nspy-tutorial run``: the notebooks executed by pytest with nbmake, the results card into ``--out``.
-
-The run is one ``pytest --nbmake`` process over copies of the notebooks (the executed copies are
-what nbmake's ``--overwrite`` leaves), with the card plug-in (:mod:`nspy_tutorial.card`), which
-prints the progress lines and writes the card. Everything lands in a hidden folder inside
-``--out`` first; when the run is complete, ``results.json``, ``results.md`` and ``notebooks/``
-inside ``--out`` are replaced by the new ones (the folder itself is never renamed or removed,
-so a mount point works). Ctrl-C or SIGTERM stops pytest, which stops the kernel; ``--out`` is
-left as it was.
+"""``nspy-tutorial run``: one ``pytest --nbmake`` process over copies of the notebooks, with the card
+plug-in (:mod:`nspy_tutorial.card`) printing progress and writing the card. All lands in a hidden
+folder inside ``--out`` first; a complete run then replaces ``results.json``, ``results.md`` and
+``notebooks/`` there (``--out`` itself is never renamed or removed: a mount point works). Ctrl-C or
+SIGTERM stops pytest, which stops the kernel; ``--out`` is left as it was.
 """
 
 from __future__ import annotations
@@ -57,22 +53,9 @@ def find_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[P
     return [path for path in notebooks if not only or found[path] in {int(value) for value in only}]
 
 
-def topmost_missing(out: Path) -> Path | None:
-    """The highest folder of ``out``'s path that does not exist yet (what the run creates), if any."""
-    missing = None
-    for path in (out, *out.parents):
-        if path.exists():
-            break
-        missing = path
-    return missing
-
-
 def prepare_out(out: Path) -> Path:
-    """Check ``out``, make it if needed, and make the hidden folder the run writes into; return that.
-
-    ``out`` may be missing or a previous results folder; anything else, or a place where nothing
-    can be written, is a :class:`RunnerError` naming the folder.
-    """
+    """Make ``out`` if needed, and in it the hidden folder the run writes into; return that. ``out`` may be
+    missing or a previous results folder; anything else, or no place to write, is a :class:`RunnerError`."""
     if out.exists() and not out.is_dir():
         raise RunnerError(f"--out {out} exists and is not a folder")
     others = [p for p in out.iterdir() if not p.name.startswith(PARTIAL)] if out.is_dir() else []
@@ -87,14 +70,6 @@ def prepare_out(out: Path) -> Path:
                           "pass --out a folder you can write to") from None
 
 
-def publish(staging: Path, out: Path) -> None:
-    """Replace the card's files and executed notebooks inside ``out`` by the new ones."""
-    for name in CARD_FILES:
-        if (out / name).is_dir():
-            shutil.rmtree(out / name)
-        os.replace(staging / name, out / name)  # a file is replaced in one step
-
-
 def pytest_command(notebooks: list[Path], staging: Path, ini: Path, timeout: int) -> list[str]:
     """pytest with nbmake (executed copies kept) and the card plug-in, nothing else loaded."""
     return [sys.executable, "-m", "pytest", "-c", str(ini), "-p", "nbmake.pytest_plugin", "-p", "nspy_tutorial.card",
@@ -103,7 +78,7 @@ def pytest_command(notebooks: list[Path], staging: Path, ini: Path, timeout: int
 
 
 def run_pytest(command: list[str], env: dict[str, str], log: Path) -> int:
-    """Run pytest in a session of its own (its output into ``log``), echo its progress lines; on
+    """Run pytest in a session of its own (its output into ``log``) and echo its progress lines. On
     Ctrl-C/SIGTERM send it SIGINT, which stops its kernel (nbclient kills the kernel's process
     group), and kill it after :data:`STOP_GRACE_SECONDS` (the kernel, losing its parent, exits)."""
     read_fd, write_fd = os.pipe()
@@ -137,7 +112,8 @@ def run(notebooks_dir: Path | None, out: Path, only: list[str] | None, timeout: 
         raise RunnerError(str(error)) from None
     notebooks = find_notebooks(notebooks_dir or CLONE_NOTEBOOKS, only)
     out = out.absolute()
-    created, staging, card, log = topmost_missing(out), None, None, ""
+    missing = [path for path in (out, *out.parents) if not path.exists()]  # what the run creates
+    created, staging, card, log = missing[-1] if missing else None, None, None, ""
     try:
         staging = prepare_out(out)
         with tempfile.TemporaryDirectory(prefix="nspy-run-") as scratch:
@@ -150,7 +126,10 @@ def run(notebooks_dir: Path | None, out: Path, only: list[str] | None, timeout: 
             code = run_pytest(pytest_command(copies, staging, ini, timeout), env, Path(scratch) / "log")
             if (staging / "results.json").exists():
                 card = json.loads((staging / "results.json").read_text(encoding="utf-8"))
-                publish(staging, out)
+                for name in CARD_FILES:  # replaced inside out, which itself may be a mount point
+                    if (out / name).is_dir():
+                        shutil.rmtree(out / name)
+                    os.replace(staging / name, out / name)  # a file is replaced in one step
             else:
                 log = (Path(scratch) / "log").read_text(encoding="utf-8", errors="replace").strip()
     finally:

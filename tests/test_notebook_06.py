@@ -586,7 +586,7 @@ def run_notebook(tmp_path, monkeypatch, tables: dict, backend: str = "ncu", free
                           backend=backend, ncu_path="/usr/local/cuda/bin/ncu", gpu_name="NVIDIA H200",
                           require=lambda need: None)
     namespace = {"ENV": env, "nt": nt}
-    sections.reset()
+    sections._RECORDS.clear()
     sections.set_notebook(STEM)
     try:
         for cell in code_cells():
@@ -594,7 +594,7 @@ def run_notebook(tmp_path, monkeypatch, tables: dict, backend: str = "ncu", free
                 exec(compile(cell.replace("{{SETUP}}", ""), STEM, "exec"), namespace)
         records = {r.section.split(".")[0]: r for r in sections.records()}
     finally:
-        sections.reset()
+        sections._RECORDS.clear()
     return {"ns": namespace, "records": records, "seen": seen}
 
 

@@ -345,13 +345,13 @@ def run_sections(fk, backend, monkeypatch, fusion, gelu):
     exec(compile(helpers, "helpers", "exec"), namespace)
     monkeypatch.setattr(plt_module(), "show", lambda: None)
     monkeypatch.delenv("NSPY_TUTORIAL_STRICT", raising=False)
-    sections.reset()
+    sections._RECORDS.clear()
     try:
         for marker in ('nt.section("1.', 'nt.section("2.', 'nt.section("3.', 'nt.section("4.'):
             exec(compile(cell_with(marker), marker, "exec"), namespace)
         records = sections.records()
     finally:
-        sections.reset()
+        sections._RECORDS.clear()
     return records, calls
 
 

@@ -25,7 +25,7 @@ def run_section_without_gpu() -> sections.SectionRecord:
     env = Environment(notebook="10_keeping_the_evidence", on_colab=False, gpu_name=None, gpu_problem="no NVIDIA GPU",
                       driver=None, ncu_path=None, ncu_version=None, backend=None, backend_reason="no GPU",
                       ncu_problem="no GPU", cupti_problem="no GPU")
-    sections.reset()
+    sections._RECORDS.clear()
     exec(compile(ast.Module(body=[block], type_ignores=[]), "10_keeping_the_evidence.py", "exec"),
          {"nt": nt, "ENV": env})
     (record,) = sections.records()
