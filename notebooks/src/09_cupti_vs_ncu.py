@@ -339,9 +339,10 @@ with nt.section("2. Nsight Compute times the same workload, flushed and not") as
 #   is the same for every kernel, whatever its length, is a large % of a short kernel and almost
 #   nothing of a long one, so a % alone can call the same cost "more than the clock can explain"
 #   in one run and "the clock can account for it" in the next. So the cell first asks whether
-#   one **fixed overhead** per kernel fits every row: the median µs per kernel, times a row's
-#   kernels, plus up to the clock's bound, must meet the row's interval, for every row with a
-#   difference -- and the clock must not be able to add that much to the shortest kernel. Then
+#   one **fixed overhead** per kernel fits every row: the cost per kernel the precise rows agree
+#   on (each weighted by its precision, so a long matmul's few µs of noise weigh little), times a
+#   row's kernels, plus up to the clock's bound, must meet each row's interval -- and the clock
+#   must not be able to add that much to the shortest kernel. Then
 #   it names the fixed overhead: a cost per kernel of being measured by Nsight Compute (its
 #   replay), not the clock. If not, each row is read against the clock alone: "the clock can
 #   account for it", or "more than the clock can explain".
@@ -376,20 +377,30 @@ def compare(cupti: pd.DataFrame, ncu: dict) -> pd.DataFrame:
         out[name], out[name + " ±"] = 100 * d / c["mean"], 100 * half / c["mean"]
     bound = c["mean"] * (out["max MHz"] / out["clock none MHz"] - 1)  # us: the most the clock can add
     out["us/kernel"], out["clock bound us"] = d / c.kernels, bound  # d, half: the unflushed difference, in us
-    room = c.kernels * (d / c.kernels).median()  # all of it, if a fixed overhead per kernel (the median) is what it is
-    fits = (d + half >= room) & (d - half <= room + bound)  # the interval meets: that overhead, plus up to the clock
-    fixed = (fits | (abs(d) <= half)).all() and (d / c.kernels).median() > bound[c["mean"].idxmin()]
-    out["unflushed"] = np.select([abs(d) <= half, d + half < 0, fits & fixed, d - half <= bound],
-                                 ["no difference detected", "faster than CUPTI", "the fixed overhead",
+    out["fixed us"], fits = fixed_overhead(d, half, c.kernels, bound)
+    out["unflushed"] = np.select([fits, abs(d) <= half, d + half < 0, d - half <= bound],
+                                 ["the fixed overhead", "no difference detected", "faster than CUPTI",
                                   "the clock can account for it"], "more than the clock can explain")
     return out.reset_index(names="op")
+
+
+def fixed_overhead(d: pd.Series, half: pd.Series, kernels: pd.Series, bound: pd.Series) -> tuple[float, pd.Series]:
+    """The cost per kernel the precise rows agree on (inverse-variance weighted), and the rows it explains: each
+    row's interval meets kernels x that cost (plus up to the clock's bound). NaN and none unless it explains every
+    row and is more than the clock could add to the shortest kernel."""
+    weight = (kernels / half) ** 2  # a long kernel's difference is a few us of noise per kernel: it weighs little
+    cost = float((d / kernels * weight).sum() / weight.sum())
+    fits = (d + half >= kernels * cost) & (d - half <= kernels * cost + bound)
+    if fits.all() and cost > bound.min():  # the least the clock could add: to the shortest kernel
+        return cost, fits
+    return float("nan"), fits & False
 
 
 def overhead(side: pd.DataFrame) -> str:
     """Nsight Compute's unflushed extra time over all kernels, in words: a fixed overhead per kernel, or not."""
     short, seen = side.loc[side["CUPTI us"].idxmin()], side.unflushed != "no difference detected"
     if (side.unflushed == "the fixed overhead").any():
-        return (f"a fixed overhead of about {side['us/kernel'].median():.2f} us per kernel at every length; the clock "
+        return (f"a fixed overhead of about {side['fixed us'].iloc[0]:.2f} us per kernel at every length; the clock "
                 f"could add at most {short['clock bound us']:.3f} us to the shortest ({short.op})")
     return "not a fixed overhead (see each kernel's reading)" if seen.any() else "no unflushed difference detected"
 
@@ -398,7 +409,7 @@ with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
     ENV.require("profiler", also="cupti")
     cupti, ncu = nt.needs(CUPTI, section="1", need="cupti"), nt.needs(NCU, section="2", need="ncu-cli")
     SIDE = compare(cupti["table"], ncu)
-    nt.show(SIDE, SIDE.columns.drop(["max MHz", "unflushed"]))  # the verdicts are in the readings below
+    nt.show(SIDE, SIDE.columns.drop(["max MHz", "unflushed", "fixed us"]))  # the verdicts are in the readings below
     print("\n".join(f"  {r['op']}: {reading(r)}" for r in SIDE.to_dict("records")))
     print(f"  unflushed, all kernels: {overhead(SIDE)}")
     fig, ax = plt.subplots(figsize=(7.5, 3.2))
