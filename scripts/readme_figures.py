@@ -200,9 +200,12 @@ def card_table(card: dict) -> str:
 def readme_part(card: dict, found: list[Found], docs: str) -> str:
     """The generated Markdown between START and END (``docs``: the docs folder, relative to the README)."""
     first = found[0].machine if found else card["started_at"][:10]
+    numbers = [entry["notebook"].split("_", 1)[0] for entry in card["notebooks"]]
+    every = sorted(path.name.split("_", 1)[0] for path in (ROOT / "notebooks").glob("[0-9]*_*.ipynb"))
+    command = "nspy-tutorial run" + ("" if sorted(numbers) == every else f" --only {' '.join(numbers)}")
     lines = [
         START,
-        f"A recorded run of `nspy-tutorial run` on {first}: **{card['headline']}**. "
+        f"A recorded run of `{command}` on {first}: **{card['headline']}**. "
         f"Every section's status and one-line result: [{docs}/results-table.md]({docs}/results-table.md).",
         "",
     ]

@@ -184,3 +184,9 @@ def test_the_repository_readme_has_the_generated_part_once():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert text.count(figures.START) == 1 and text.count(figures.END) == 1
     assert text.index("## What you will see") < text.index(figures.START) < text.index(figures.END)
+
+
+def test_a_run_of_some_notebooks_is_named_with_its_only_option():
+    partial = {"started_at": STARTED, "headline": "4 sections ran OK",
+               "notebooks": [{"notebook": "06_roofline"}, {"notebook": "09_cupti_vs_ncu"}]}
+    assert "A recorded run of `nspy-tutorial run --only 06 09` on 2026-05-03" in figures.readme_part(partial, [], "docs")
