@@ -385,15 +385,12 @@ def compare(cupti: pd.DataFrame, ncu: dict) -> pd.DataFrame:
 
 
 def fixed_overhead(d: pd.Series, half: pd.Series, kernels: pd.Series, bound: pd.Series) -> tuple[float, pd.Series]:
-    """The cost per kernel the precise rows agree on (inverse-variance weighted), and the rows it explains: each
-    row's interval meets kernels x that cost (plus up to the clock's bound). NaN and none unless it explains every
-    row and is more than the clock could add to the shortest kernel."""
-    weight = (kernels / half) ** 2  # a long kernel's difference is a few us of noise per kernel: it weighs little
+    """The cost per kernel the precise rows agree on, and the rows whose interval meets it (NaN, none: not one cost)."""
+    weight = (kernels / half) ** 2  # inverse variance: a long kernel's few us of noise per kernel weigh little
     cost = float((d / kernels * weight).sum() / weight.sum())
-    fits = (d + half >= kernels * cost) & (d - half <= kernels * cost + bound)
-    if fits.all() and cost > bound.min():  # the least the clock could add: to the shortest kernel
-        return cost, fits
-    return float("nan"), fits & False
+    fits = (d + half >= kernels * cost) & (d - half <= kernels * cost + bound)  # plus up to the clock's bound
+    one = fits.all() and cost > bound.min()  # and more than the clock could add to the shortest kernel
+    return (cost, fits) if one else (float("nan"), fits & False)
 
 
 def overhead(side: pd.DataFrame) -> str:
