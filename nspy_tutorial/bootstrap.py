@@ -240,8 +240,9 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
         return _ENV
     if cuda_already_initialised():
         raise CudaAlreadyInitialised(
-            "CUDA is already initialised in this kernel, so Nsight Compute can no longer attach. Restart the "
-            "kernel (Colab: Runtime -> Restart session) and run the setup cell before anything that touches the GPU.")
+            "CUDA is already initialised in this kernel: nsight-python's Nsight Compute backend could no longer attach, "
+            "and torch may already hold its own libcupti, so setup refuses whichever backend would be chosen. Restart "
+            "the kernel (Colab: Runtime -> Restart session) and run the setup cell before anything that touches the GPU.")
     forced_cupti = backend_choice() == "cupti"  # a mistyped NSPY_TUTORIAL_BACKEND fails here, before anything slow
     colab, gpu, installs = on_colab(), probe_gpu(), backend.find_ncu_installs()
     env = Environment(notebook=notebook, on_colab=colab, gpu_name=gpu.name, gpu_problem=gpu.problem,

@@ -16,12 +16,12 @@ from nspy_tutorial.sections import COUNTERS_CODE, COUNTERS_REMEDY, Skip
 COLAB_GPU_HINT = "in Colab: Runtime -> Change runtime type -> T4 GPU, then run the notebook again"
 LOCAL_GPU_HINT = ("run on a machine with an NVIDIA GPU and its driver (`nvidia-smi` should list the GPU), "
                   "or open the notebook in Colab with a T4 runtime")
-NCU_REMEDY = ("install Nsight Compute >= 2026.2.1 next to the old one (as root: `bash scripts/install_ncu.sh`; "
+NCU_REMEDY = (f"install Nsight Compute >= 2026.2.1 next to the old one (as root: `sudo bash {backend.installer_path()}`; "
               "on Colab the setup cell does it), then restart the kernel")
 CUPTI_REMEDY = "pip install 'nspy-tutorial[cupti]' (the README shows how to install it beside torch), then restart"
 DRIVER_REMEDY = {True: "a Colab notebook cannot change the NVIDIA driver: these sections stay skipped on this runtime",
-                 False: "update the NVIDIA driver to one this tool supports (CUDA 13 tools need R580 or newer), "
-                        "then restart the kernel"}
+                 False: "update the NVIDIA driver to one this tool supports (its release notes name the minimum; CUDA "
+                        "13 tools need R580 or newer), then restart the kernel; until then these sections stay skipped"}
 NEEDS = ("gpu", "profiler", "ncu", "ncu-cli")
 
 

@@ -167,7 +167,8 @@ with nt.section("3. The ncu installs on this machine") as s:
 # `--dry-run` and prints the command to run yourself. The script's exit codes name each
 # obstacle: not root (3), no apt/dpkg (4), no network (5), no new-enough package (6),
 # unsupported architecture (7), the dpkg lock held by another process (8). A driver too old
-# for CUDA 13 rules the download out: nothing is fetched that could not work.
+# for CUDA 13 (below R580) rules the download out: Nsight Compute 2026.2.1 and newer ship with CUDA 13, whose tools need
+# R580 or newer. (If your older driver does run it, install it yourself: section 7's try will say.)
 
 # %%
 VERSIONS = ["2026.3.1", "2026.2.1"]  # nsight-compute-<version> packages to try, newest first
@@ -518,7 +519,8 @@ with nt.section("11. When CUDA starts before nsight") as s:
     first_env = {**ncu_cli.child_environment(), "NSPY_NCU_INIT_AT_IMPORT": "1" if ENV.backend == "ncu" else "0"}
     child = run([sys.executable, import_order.__file__, "cuda-first"], env=first_env, timeout=300)
     outcome = (child.stdout.strip().splitlines() or ["no output"])[-1]  # the row, or the error's last line
-    print(f"  nsight-python, {ENV.backend} backend, CUDA started first: exit {child.returncode} -> {outcome}")
+    unseen = "" if ENV.backend == "ncu" else "\n  (the Nsight Compute failure above needs that backend, not active here)"
+    print(f"  nsight-python, {ENV.backend} backend, CUDA started first: exit {child.returncode} -> {outcome}{unseen}")
     child = run([sys.executable, import_order.__file__, "cuda-before-setup"], env=ncu_cli.child_environment(),
                 timeout=300)
     last = (child.stdout.strip().splitlines() or [""])[-1]
@@ -582,8 +584,9 @@ with nt.section("13. What the later notebooks will run here") as s:
 # ## Try it
 #
 # - Restart the kernel and, before section 9, run
-#   `os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"`: section 9 then shows no tool and no
-#   `injection_load_error` -- nsight did not even look for ncu.
+#   `os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"`: section 9 then shows no `injection_load_error`
+#   -- nsight did not even look for ncu -- and no tool at all unless CUPTI is the backend that
+#   worked in section 7 (the cell activates it).
 # - Restart, run `import torch` right after the setup cell, then sections 8 and 9: section
 #   8 refuses (torch came first), and on a machine whose torch ships an older libcupti,
 #   activating CUPTI is where it would have broken.

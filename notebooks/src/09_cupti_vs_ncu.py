@@ -343,8 +343,8 @@ with nt.section("2. Nsight Compute times the same workload, flushed and not") as
 #   on (each weighted by its precision, so a long matmul's few µs of noise weigh little), times a
 #   row's kernels, plus up to the clock's bound, must meet each row's interval -- and the clock
 #   must not be able to add that much to the shortest kernel. Then
-#   it names the fixed overhead: a cost per kernel of being measured by Nsight Compute (its
-#   replay), not the clock. If not, each row is read against the clock alone: "the clock can
+#   it names the fixed overhead: a cost per kernel of being measured by Nsight Compute, not the
+#   clock (its replay, presumably: this section does not test the cause). If not, each row is read against the clock alone: "the clock can
 #   account for it", or "more than the clock can explain".
 #
 # A long matmul should barely notice either: there the tools should agree within 5 %.
@@ -397,7 +397,7 @@ def overhead(side: pd.DataFrame) -> str:
     """Nsight Compute's unflushed extra time over all kernels, in words: a fixed overhead per kernel, or not."""
     short, seen = side.loc[side["CUPTI us"].idxmin()], side.unflushed != "no difference detected"
     if (side.unflushed == "the fixed overhead").any():
-        return (f"a fixed overhead of about {side['fixed us'].iloc[0]:.2f} us per kernel at every length; the clock "
+        return (f"a fixed overhead of about {side['fixed us'].iloc[0]:.2f} us per kernel, consistent with every row; the clock "
                 f"could add at most {short['clock bound us']:.3f} us to the shortest ({short.op})")
     return "not a fixed overhead (see each kernel's reading)" if seen.any() else "no unflushed difference detected"
 
@@ -430,7 +430,7 @@ with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
 # (`time.perf_counter()` around the op and the event's synchronisation: the Python calls too;
 # it brackets the events, so it can only be longer). Section 1 took both inside the
 # annotations, around the very launches CUPTI timed -- but CUPTI traced those launches, and
-# tracing slows a launch down. So the same `workload()` runs again in a child process with
+# tracing could change what a launch costs. So the same `workload()` runs again in a child process with
 # **no profiler attached** (no nsight tool, nothing injected): the clocks a reader timing by
 # hand gets. The mean of (events − kernel) is the events' mean minus CUPTI's kernel mean.
 #
@@ -542,8 +542,8 @@ with nt.section("6. torch.profiler goes blind while nsight's CUPTI is active") a
 # - CUPTI is the cheap clock: durations, no replay, warm caches, free clocks. No counters, no cache
 #   or clock control, no row for a kernel-less region, and no `torch.profiler` beside it.
 # - CUDA events and wall clocks time your *code*, launch and dispatch included: fine for a long
-#   kernel, mostly overhead for a microsecond one -- an overhead that moves from launch to launch,
-#   and grows while a profiler traces the launches.
+#   kernel, mostly overhead for a microsecond one -- tens of µs that move from launch to launch and
+#   from process to process, with or without a profiler tracing them (section 4 printed both).
 #
 # ## Try it
 #

@@ -365,8 +365,9 @@ with nt.section("2b. The full report from the ncu command line (--set full)") as
     print(answers.to_string(index=False))
     if clocks_mhz(found):  # the command line's default --clock-control base: durations at the base clock
         ran, top = clocks_mhz(found)
-        print(f"\n  duration {answers.value[0]} at {ran:,.0f} of {top:,.0f} MHz ({100 * ran / top:.0f} %): the clock "
-              "ncu locked to base (--clock-control base, its default), not what the GPU reaches with clocks free")
+        print(f"\n  duration {answers.value[0]} at {ran:,.0f} of {top:,.0f} MHz ({100 * ran / top:.0f} %): ncu asked "
+              "for base (--clock-control base, its default), which does not pin one frequency (notebook 04): not what "
+              "the GPU reaches with clocks free")
         nt.claim(ran < top, "under --clock-control base the kernel ran below the GPU's rated maximum clock",
                  f"{ran:,.0f} of {top:,.0f} MHz")
     tensor = found[found.metric.str.contains("pipe_tensor")]
