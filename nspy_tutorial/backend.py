@@ -134,9 +134,14 @@ def pins() -> dict[str, str]:
     return {match[1].lower(): match[2] for match in pinned if match}
 
 
+def cache_dir() -> Path:
+    """The series' folder for what it keeps per machine: ``$XDG_CACHE_HOME/nspy-tutorial`` (default ``~/.cache``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nspy-tutorial"
+
+
 def cupti_target() -> Path:
     """Where Colab's CUPTI packages go: a folder of their own, so Colab's CUDA 12 packages stay untouched."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nspy-tutorial" / "cupti"
+    return cache_dir() / "cupti"
 
 
 def cupti_install_command() -> list[str]:

@@ -103,8 +103,8 @@ class Environment:
             fix, _ = remedy(self.cupti_problem, self.on_colab, CUPTI_REMEDY)
             raise Skip(f"needs an nsight-python backend; Nsight Compute: {self.ncu_problem}; CUPTI: {self.cupti_problem}",
                        fix, needs=tuple(missing))
-        problem, otherwise = ((self.ncu_problem, NCU_REMEDY) if what == "ncu" else (self.cli_problem, NCU_REMEDY))
-        fix, need = remedy(problem, self.on_colab, otherwise)
+        problem = self.ncu_problem if what == "ncu" else self.cli_problem
+        fix, need = remedy(problem, self.on_colab, NCU_REMEDY)
         needs = (*([need] if need else []), what, *(n for n in missing if n != what))
         if what == "ncu":
             raise Skip(f"needs nsight-python's Nsight Compute backend; the active backend is {self.backend or 'none'}"

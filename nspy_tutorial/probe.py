@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from nspy_tutorial import lifetime
+from nspy_tutorial import backend, lifetime
 
 CANDIDATES = ("ncu", "cupti", "ncu-cli")
 TIMEOUT = 180  # seconds; a probe that takes longer is counted as hung
@@ -53,7 +53,7 @@ def machine_key(gpu_name: str | None, driver: str | None) -> str:
 
 
 def cache_file() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nspy-tutorial" / "probes.json"
+    return backend.cache_dir() / "probes.json"
 
 
 def _read_cache() -> dict:
@@ -92,10 +92,9 @@ def command(candidate: str, tool: str) -> list[str]:
 
 def environment(candidate: str, tool: str) -> dict[str, str]:
     """The child's environment: no profiler variables of this process; for ``ncu``, its folder first on PATH."""
-    from nspy_tutorial.ncu_cli import INJECTION_VARIABLES
+    from nspy_tutorial.ncu_cli import child_environment
 
-    env = {key: value for key, value in os.environ.items() if key not in INJECTION_VARIABLES}
-    env["NSPY_NCU_INIT_AT_IMPORT"] = "1" if candidate == "ncu" else "0"
+    env = {**child_environment(), "NSPY_NCU_INIT_AT_IMPORT": "1" if candidate == "ncu" else "0"}
     if candidate == "ncu":
         env["PATH"] = os.pathsep.join([os.path.dirname(tool), env.get("PATH", "")])
     return env
