@@ -4,12 +4,9 @@ A notebook's first code cell calls :func:`setup`; every section runs inside :cla
 :func:`summary` closes the notebook. The names below are imported from their modules on first use,
 so ``import nspy_tutorial`` imports neither torch nor nsight (their order is the bootstrap's) and
 takes almost no time: the ``nspy-tutorial`` command installs its signal handlers right after it.
-(``rules`` is imported at once: an import of the module ``nspy_tutorial.rules`` would replace it here.)
 """
 
 import importlib
-
-from nspy_tutorial.rules import rules
 
 _HOME = {
     "Environment": ("environment", "Environment"),
@@ -17,7 +14,8 @@ _HOME = {
     "banner": ("display", "banner"),
     "short_kernel_name": ("display", "short_kernel_name"),
     "show": ("display", "show"),
-    "nvml_handle": ("nvml_device", "handle"),
+    "nvml_handle": ("gpu_facts", "nvml_handle"),
+    "rules": ("display", "rules"),
     "Skip": ("sections", "Skip"),
     "claim": ("sections", "claim"),
     "needs": ("sections", "needs"),

@@ -20,9 +20,9 @@ import os
 import subprocess
 import sys
 
-from nspy_tutorial import backend, lifetime, nvml_device, probe, sections, workdir
+from nspy_tutorial import backend, lifetime, probe, sections, workdir
 from nspy_tutorial.environment import DRIVER_REMEDY, Environment, print_banner
-from nspy_tutorial.gpu_facts import datasheet_for, device_facts
+from nspy_tutorial.gpu_facts import datasheet_for, device_facts, nvml_handle
 from nspy_tutorial.sections import SettingError, first_line
 
 BACKEND_VAR = "NSPY_TUTORIAL_BACKEND"
@@ -79,7 +79,7 @@ def probe_gpu() -> Gpu:
         pynvml.nvmlInit()
         if pynvml.nvmlDeviceGetCount() == 0:
             return Gpu(None, None, None, "NVML sees no GPU")
-        name = pynvml.nvmlDeviceGetName(nvml_device.handle(pynvml))  # CUDA's device 0, not always NVML's
+        name = pynvml.nvmlDeviceGetName(nvml_handle(pynvml))  # CUDA's device 0, not always NVML's
         driver, cuda = pynvml.nvmlSystemGetDriverVersion(), pynvml.nvmlSystemGetCudaDriverVersion_v2()
         return Gpu(_text(name), _text(driver), (cuda // 1000, cuda % 1000 // 10), None)
     except Exception as exc:  # no driver, no library, no device

@@ -1,5 +1,6 @@
 """Printing helpers shared by every notebook: a banner above each section, a plain-text table of a few
-DataFrame columns in readable units (:func:`show`), and kernel names short enough for one line."""
+DataFrame columns in readable units (:func:`show`), kernel names short enough for one line, and the caption
+:func:`rules` above every measured table: which tool measured, under which cache and clock rules."""
 
 from __future__ import annotations
 
@@ -77,3 +78,29 @@ def short_kernel_name(name: str) -> str:
         details = [d.split("::")[-1] for d in _DETAIL.findall(args)]
     details = [d for d in details if d and d != base.split("::")[-1]]
     return f"{base}<{details[0]}>" if details else base or name
+
+
+SOURCES = ("ncu", "cupti", "ncu-cli")
+_CACHE = {"all": "caches flushed before every pass", "none": "caches not flushed (warm from earlier work)"}
+_CLOCK = {"none": "clocks free to boost", "base": "clocks locked to base"}
+
+
+def rules(source: str | None, cache_control: str | None = None, clock_control: str | None = None) -> str:
+    """One line saying which tool measured (``"ncu"``: the Nsight Compute backend, ``"cupti"``, ``"ncu-cli"``:
+    the command line) and under which cache and clock rules (unspecified: that tool's defaults)."""
+    if source not in SOURCES:
+        raise ValueError(f"rules(): unknown source {source!r}; use one of {', '.join(SOURCES)}")
+    if source == "cupti":
+        ignored = [f"{name}={value!r}" for name, value in (("cache_control", cache_control),
+                                                              ("clock_control", clock_control)) if value]
+        note = f" ({', '.join(ignored)} ignored)" if ignored else ""
+        return ("measured by nsight-python's CUPTI backend: each kernel timed once as it ran, no replay; "
+                f"caches as warm as the preceding work left them; clocks as the GPU chose{note}; durations only")
+    cache, clock = cache_control or "all", clock_control or ("none" if source == "ncu" else "base")  # the defaults
+    if cache not in _CACHE or clock not in _CLOCK:
+        raise ValueError("rules(): cache_control must be all/none and clock_control none/base, "
+                         f"got {cache!r}/{clock!r}")
+    who = ("nsight-python's Nsight Compute backend" if source == "ncu"
+           else "the ncu command line, launch mode on a separate script")
+    return (f"measured by {who}: each kernel replayed once per metric pass; "
+            f"{_CACHE[cache]} (cache_control={cache!r}); {_CLOCK[clock]} (clock_control={clock!r})")

@@ -1,20 +1,16 @@
-"""What we know about the GPU: datasheet peaks, looked up by name, and what the device reports.
-
-:func:`datasheet_for` finds a GPU's peaks (TFLOP/s, memory bandwidth) in ``resources/gpu-datasheets.csv``:
-a name the table lists wins, else the row with the most ``match`` words that are all whole words of the
-name ("A10" is not a word of "A100" or "A10G", "H200" not of "GH200"); an unknown GPU gets None, and the
-notebooks say "peak unknown". :func:`device_facts` reads what the running device says (SMs, L2, clocks):
-never from the table (the H200 on our test machine reports 60 MB of L2 where spec pages say 50 MB).
-"""
+"""What we know about the GPU: datasheet peaks looked up by name (``resources/gpu-datasheets.csv``), and
+what the device itself reports (:func:`device_facts`; never the table's: an H200 reports 60 MB of L2, not 50),
+read through NVML's handle for the GPU CUDA runs on (:func:`nvml_handle`)."""
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import os
 import re
+import sys
 from importlib import resources
-
-from nspy_tutorial import nvml_device
+from typing import Any
 
 DATASHEET_FILE = "gpu-datasheets.csv"
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -133,7 +129,7 @@ def device_facts() -> DeviceFacts:
         import pynvml
 
         pynvml.nvmlInit()
-        handle = nvml_device.handle(pynvml)
+        handle = nvml_handle(pynvml)
         sm_clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
         mem_clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
     except Exception as exc:  # NVML missing or not permitted: clocks stay unknown
@@ -147,3 +143,40 @@ def device_facts() -> DeviceFacts:
                        sm_count=props.multi_processor_count, l2_bytes=int(getattr(props, "L2_cache_size", 0)),
                        memory_bytes=int(props.total_memory), max_sm_clock_mhz=sm_clock, max_mem_clock_mhz=mem_clock,
                        memory_bus_width_bits=bus_width)
+
+
+class NoSuchGpu(LookupError):
+    """``CUDA_VISIBLE_DEVICES`` names a GPU that NVML does not list, or hides every GPU."""
+
+
+def nvml_handle(pynvml: Any = None) -> Any:
+    """The NVML handle of the GPU CUDA runs on, not simply NVML's device 0 (NVML ignores ``CUDA_VISIBLE_DEVICES``):
+    once CUDA runs, torch's device by UUID; before, the first entry of ``CUDA_VISIBLE_DEVICES`` (a UUID or a
+    unique prefix of one, or NVML's index); unset, device 0. ``pynvml``, initialised, may be a fake one."""
+    if pynvml is None:
+        import pynvml
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        uuid = torch.cuda.get_device_properties(torch.cuda.current_device()).uuid
+        return pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return pynvml.nvmlDeviceGetHandleByIndex(0)
+    entry = value.split(",")[0].strip()
+    if not entry or entry.startswith("-"):
+        raise NoSuchGpu(f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU")
+    count = pynvml.nvmlDeviceGetCount()
+    if entry.isdigit():
+        if int(entry) >= count:
+            raise NoSuchGpu(f"CUDA_VISIBLE_DEVICES starts with {entry}, but NVML lists {count} GPU(s)")
+        return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
+    wanted = entry if entry.startswith(("GPU-", "MIG-")) else f"GPU-{entry}"
+    matches = []
+    for index in range(count):
+        device = pynvml.nvmlDeviceGetHandleByIndex(index)
+        uuid = pynvml.nvmlDeviceGetUUID(device)  # bytes from older nvidia-ml-py
+        if (uuid.decode() if isinstance(uuid, bytes) else uuid).startswith(wanted):
+            matches.append(device)
+    if len(matches) != 1:
+        raise NoSuchGpu(f"CUDA_VISIBLE_DEVICES starts with {entry!r}, which matches {len(matches)} GPU(s) NVML lists")
+    return matches[0]

@@ -1,4 +1,4 @@
-"""Specifications for nspy_tutorial.nvml_device: NVML's handle for the GPU CUDA runs on.
+"""Specifications for nspy_tutorial.gpu_facts.nvml_handle: NVML's handle for the GPU CUDA runs on.
 
 A fake NVML lists two GPUs; ``CUDA_VISIBLE_DEVICES`` and a fake torch decide which is CUDA's.
 """
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from nspy_tutorial import nvml_device
+from nspy_tutorial import gpu_facts
 
 
 class FakeNvml:
@@ -36,19 +36,19 @@ def no_cuda_yet(monkeypatch):
 
 
 def test_without_cuda_visible_devices_it_is_nvml_device_0():
-    assert nvml_device.handle(FakeNvml())[0] == "NVIDIA A100-SXM4-80GB"
+    assert gpu_facts.nvml_handle(FakeNvml())[0] == "NVIDIA A100-SXM4-80GB"
 
 
 def test_cuda_visible_devices_1_is_the_second_gpu_not_nvml_device_0(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert nvml_device.handle(FakeNvml())[0] == "NVIDIA H100 80GB HBM3"
+    assert gpu_facts.nvml_handle(FakeNvml())[0] == "NVIDIA H100 80GB HBM3"
 
 
 def test_a_uuid_or_a_unique_uuid_prefix_picks_that_gpu(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-bbbb2222-0000,0")
-    assert nvml_device.handle(FakeNvml())[1] == "GPU-bbbb2222-0000"
+    assert gpu_facts.nvml_handle(FakeNvml())[1] == "GPU-bbbb2222-0000"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-bbbb")
-    assert nvml_device.handle(FakeNvml())[1] == "GPU-bbbb2222-0000"
+    assert gpu_facts.nvml_handle(FakeNvml())[1] == "GPU-bbbb2222-0000"
 
 
 def test_once_cuda_runs_the_gpu_is_found_by_torchs_uuid_whatever_the_variable_says(monkeypatch):
@@ -56,12 +56,12 @@ def test_once_cuda_runs_the_gpu_is_found_by_torchs_uuid_whatever_the_variable_sa
     fake_cuda = SimpleNamespace(is_initialized=lambda: True, current_device=lambda: 0,
                                 get_device_properties=lambda index: SimpleNamespace(uuid="bbbb2222-0000"))
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=fake_cuda))
-    assert nvml_device.handle(FakeNvml())[0] == "NVIDIA H100 80GB HBM3"
+    assert gpu_facts.nvml_handle(FakeNvml())[0] == "NVIDIA H100 80GB HBM3"
 
 
 @pytest.mark.parametrize("value, message", [("2", "NVML lists 2 GPU"), ("GPU-cccc", "matches 0 GPU"),
                                             ("", "hides every GPU"), ("-1", "hides every GPU")])
 def test_a_variable_naming_no_listed_gpu_is_a_clear_error(monkeypatch, value, message):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
-    with pytest.raises(nvml_device.NoSuchGpu, match=message):
-        nvml_device.handle(FakeNvml())
+    with pytest.raises(gpu_facts.NoSuchGpu, match=message):
+        gpu_facts.nvml_handle(FakeNvml())

@@ -1,8 +1,8 @@
-"""Specifications for nspy_tutorial.rules: the caption saying whose rules made a number."""
+"""Specifications for nspy_tutorial.display.rules: the caption saying whose rules made a number."""
 
 import pytest
 
-from nspy_tutorial.rules import rules
+from nspy_tutorial.display import rules
 
 
 def test_cupti_says_one_execution_warm_caches_and_durations_only():
