@@ -1,16 +1,7 @@
-"""The one call in every notebook's first code cell: ``ENV = setup("NN_topic")``. Order matters:
-
-1. refuse if CUDA is already initialised (Nsight Compute could no longer attach);
-2. the GPU, its driver and the CUDA version the driver supports, from NVML (no CUDA started);
-3. the ncu installs; on Colab, a new-enough one installed first unless the driver rules it out;
-4. each backend tried in a child process (:mod:`nspy_tutorial.probe`), best first: the Nsight Compute
-   backend with the newest ncu >= 2026.2.1, then CUPTI (on Colab installed first); the ncu command
-   line is the newest ncu that profiles a kernel in launch mode;
-5. only the backend that worked is loaded here (``import nsight``; for CUPTI the libcupti preload and
-   ``nsight.activate``); 6. only then CUDA starts (the device's facts), and one banner is printed.
-
-Notebook 01 takes these steps as cells: ``setup(..., steps="manual")`` only looks, ``setup.finish(tried)``
-records what the cells did.
+"""``ENV = setup("NN_topic")``, every notebook's first code cell. In order: refuse if CUDA already started;
+the GPU and driver from NVML; the ncu installs (on Colab a new-enough one installed first); each backend
+tried in a child process (:mod:`probe`), best first; only the one that worked loaded here; then CUDA starts
+and one banner is printed. Notebook 01 takes these steps as cells: ``steps="manual"``, then ``setup.finish``.
 """
 
 from __future__ import annotations
@@ -20,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from nspy_tutorial import backend, lifetime, probe, sections, workdir
+from nspy_tutorial import backend, lifetime, probe, sections
 from nspy_tutorial.environment import DRIVER_REMEDY, Environment, print_banner
 from nspy_tutorial.gpu_facts import datasheet_for, device_facts, nvml_handle
 from nspy_tutorial.sections import SettingError, first_line
@@ -44,8 +35,6 @@ class Gpu:
     driver_cuda: tuple[int, int] | None
     problem: str | None  # why there is no usable GPU
 
-    def key(self) -> str:
-        return probe.machine_key(self.name, self.driver)
 
 
 _ENV: Environment | None = None
@@ -66,7 +55,6 @@ def backend_choice() -> str:
 
 
 def cuda_already_initialised() -> bool:
-    """True if torch has initialised CUDA in this process (only torch is checked)."""
     torch = sys.modules.get("torch")
     return bool(torch is not None and torch.cuda.is_initialized())
 
@@ -81,18 +69,14 @@ def probe_gpu() -> Gpu:
             return Gpu(None, None, None, "NVML sees no GPU")
         name = pynvml.nvmlDeviceGetName(nvml_handle(pynvml))  # CUDA's device 0, not always NVML's
         driver, cuda = pynvml.nvmlSystemGetDriverVersion(), pynvml.nvmlSystemGetCudaDriverVersion_v2()
-        return Gpu(_text(name), _text(driver), (cuda // 1000, cuda % 1000 // 10), None)
+        name, driver = (v.decode() if isinstance(v, bytes) else v for v in (name, driver))
+        return Gpu(name, driver, (cuda // 1000, cuda % 1000 // 10), None)
     except Exception as exc:  # no driver, no library, no device
         return Gpu(None, None, None, f"no NVIDIA driver or GPU found ({type(exc).__name__}: {exc})")
 
 
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def driver_problem(gpu: Gpu, tool: str) -> str | None:
-    """Why this driver rules ``tool`` out -- CUPTI 13.4 and Nsight Compute >= 2026.2.1 are CUDA 13 tools,
-    which need a driver for CUDA 13 (R580 or newer) -- or None."""
+    """Why this driver rules out ``tool`` (a CUDA 13 tool, needing R580 or newer), or None."""
     if gpu.driver_cuda is None or gpu.driver_cuda >= CUDA13_DRIVER:
         return None
     return (f"{tool} needs a driver for CUDA {CUDA13_DRIVER[0]} (R580 or newer); driver {gpu.driver} supports "
@@ -111,8 +95,7 @@ def install_on_colab(what: str, cmd: list[str], size: str) -> str | None:
 
 
 def colab_installs(gpu: Gpu, installs: list[backend.NcuInstall], forced_cupti: bool) -> list[backend.NcuInstall]:
-    """On Colab: an ncu >= 2026.2.1 beside the preinstalled one, unless one is there or the driver rules
-    it out (then nothing is downloaded); the installs after."""
+    """On Colab: an ncu >= 2026.2.1 beside the preinstalled one unless one is there or the driver rules it out."""
     if forced_cupti or any(i.new_enough for i in installs):
         return installs
     problem = driver_problem(gpu, "Nsight Compute >= 2026.2.1")
@@ -136,9 +119,9 @@ def ncu_backend_candidate(gpu: Gpu, installs: list[backend.NcuInstall],
     """The ncu to try the Nsight Compute backend with, or why there is none to try."""
     if forced_cupti:
         return None, f"not tried: {BACKEND_VAR}=cupti"
-    newest = backend.choose_ncu(installs)
-    if (newest is None or not newest.new_enough) and driver_problem(gpu, "Nsight Compute >= 2026.2.1"):
-        return None, f"not tried: {driver_problem(gpu, 'Nsight Compute >= 2026.2.1')}"
+    newest, problem = backend.choose_ncu(installs), driver_problem(gpu, "Nsight Compute >= 2026.2.1")
+    if (newest is None or not newest.new_enough) and problem:
+        return None, f"not tried: {problem}"
     if newest is None:
         return None, "not tried: no ncu on PATH or under /opt/nvidia/nsight-compute"
     if not newest.new_enough:
@@ -163,10 +146,10 @@ def cupti_candidate(gpu: Gpu, colab: bool) -> tuple[backend.CuptiLibrary | None,
 
 
 def try_backends(env: Environment, gpu: Gpu, installs: list[backend.NcuInstall], forced_cupti: bool) -> object:
-    """Step 4, into ``env`` (backend chosen, reasons, probe lines); what to load: the ncu, the libcupti or None."""
+    """Step 4, into ``env``; what to load: the ncu, the libcupti or None."""
     ncu, env.ncu_problem = ncu_backend_candidate(gpu, installs, forced_cupti)
     if ncu is not None:
-        tried = probe.try_candidate("ncu", ncu.path, gpu.key())
+        tried = probe.try_candidate("ncu", ncu.path, probe.machine_key(gpu.name, gpu.driver))
         env.probes.append(f"Nsight Compute backend with {ncu.path}: {tried.line()}")
         if tried.ok:
             env.backend, env.backend_reason = "ncu", "the Nsight Compute backend profiled a kernel in a child process"
@@ -175,7 +158,7 @@ def try_backends(env: Environment, gpu: Gpu, installs: list[backend.NcuInstall],
     library, env.cupti_problem = cupti_candidate(gpu, env.on_colab)
     env.backend_reason = f"Nsight Compute backend {env.ncu_problem}; "
     if library is not None:
-        tried = probe.try_candidate("cupti", library.path, gpu.key())
+        tried = probe.try_candidate("cupti", library.path, probe.machine_key(gpu.name, gpu.driver))
         env.probes.append(f"CUPTI backend with {library.path}: {tried.line()}")
         if tried.ok:
             env.backend = "cupti"
@@ -189,8 +172,9 @@ def try_backends(env: Environment, gpu: Gpu, installs: list[backend.NcuInstall],
 def choose_cli(env: Environment, gpu: Gpu, installs: list[backend.NcuInstall]) -> None:
     """The ncu command line into ``env``: the newest ncu that profiles a kernel in launch mode, or why none."""
     failed = [] if installs else ["no ncu on PATH or under /opt/nvidia/nsight-compute"]
+    machine = probe.machine_key(gpu.name, gpu.driver)
     for install in sorted(installs, key=lambda i: i.version or (), reverse=True):
-        tried = probe.try_candidate("ncu-cli", install.path, gpu.key())
+        tried = probe.try_candidate("ncu-cli", install.path, machine)
         env.probes.append(f"ncu command line {install.path} ({backend.version_text(install.version)}): {tried.line()}")
         if tried.ok:
             env.ncu_path, env.ncu_version = install.path, install.version
@@ -224,16 +208,12 @@ STEPS = ("auto", "manual")
 
 
 def setup(notebook: str, *, steps: str = "auto") -> Environment:
-    """Prepare this kernel for profiling and print the environment banner.
-
-    ``steps="manual"`` (notebook 01) only looks -- GPU through NVML, the ncu installs -- and
-    returns a provisional Environment without a backend; ``setup.finish()`` records the rest.
-    """
+    """Prepare this kernel for profiling and print the banner; ``steps="manual"`` (notebook 01) only looks."""
     global _ENV, _PENDING
     if steps not in STEPS:
         raise ValueError(f"setup(): steps must be one of {', '.join(STEPS)}, got {steps!r}")
     sections.set_notebook(notebook)
-    folder = workdir.enter(notebook)
+    folder = sections.enter_workdir(notebook)
     if _ENV is not None:
         _ENV.notebook, _ENV.workdir = notebook, folder
         print_banner(_ENV)
@@ -288,8 +268,8 @@ def _complete(env: Environment) -> Environment:
 
 
 def finish(tried: list[probe.Outcome] = ()) -> Environment:
-    """Record what notebook 01's cells did -- the probes ``tried`` there, the tool nsight-python has
-    active -- choose the ncu command line as setup would, and print the banner (once)."""
+    """Record what notebook 01's cells did (the probes ``tried``, nsight-python's active tool), choose the
+    ncu command line as setup would, and print the banner."""
     if _PENDING is None:
         raise RuntimeError('setup.finish(): call nt.setup("01_install_ncu", steps="manual") first')
     env, gpu = _PENDING

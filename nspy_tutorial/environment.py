@@ -60,7 +60,7 @@ class Environment:
     probes: list[str] = dataclasses.field(default_factory=list)  # one line per probe, for the banner
     facts: DeviceFacts | None = None
     datasheet: Datasheet | None = None
-    workdir: Path | None = None  # every file this notebook writes goes here (nspy_tutorial.workdir)
+    workdir: Path | None = None  # every file this notebook writes goes here (sections.enter_workdir)
 
     @property
     def has_gpu(self) -> bool:

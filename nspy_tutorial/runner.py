@@ -18,8 +18,7 @@ import tempfile
 from pathlib import Path
 
 from nspy_tutorial.bootstrap import backend_choice
-from nspy_tutorial.sections import RESULTS_VAR, SettingError, check_settings
-from nspy_tutorial.workdir import WORKDIR_VAR
+from nspy_tutorial.sections import RESULTS_VAR, WORKDIR_VAR, SettingError, check_settings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 REPOSITORY = "https://github.com/nspy-tutorial/nspy-tutorial"  # scripts/build_notebooks.py REPO

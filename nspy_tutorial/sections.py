@@ -1,16 +1,7 @@
-"""The section guard: every notebook section ends OK, SKIPPED or FAILED, honestly.
-
-``with section("2. Profile one kernel") as s:`` runs a section. It is OK when the block sets its
-one-line result (``s.result = ...``), SKIPPED when it raises :class:`Skip` (reason, remedy, needs),
-FAILED on anything else (the traceback is printed). An error whose text carries ``ERR_NVGPUCTRPERM``
-(counters reserved to administrators) is a skip with need ``counters``, whichever tool raised it.
-
-Read at each section's start and end, so a notebook need not restart (a value they do not accept
-raises :class:`SettingError`: a typo fails loudly): ``NSPY_TUTORIAL_STRICT=1`` re-raises a failure,
-so nbmake fails; ``NSPY_TUTORIAL_RESULTS=<file>`` gets one JSON line per section;
-``NSPY_TUTORIAL_REQUIRE=need,...`` (:data:`NEEDS` or ``cc<major>.<minor>``) turns a skip that
-lacks one of them into a failure.
-"""
+"""The section guard: ``with section("2. ...") as s:`` ends OK (``s.result`` set), SKIPPED (:class:`Skip`; an
+``ERR_NVGPUCTRPERM`` error too, need ``counters``) or FAILED (anything else). Read at each section, a typo a
+:class:`SettingError`: ``NSPY_TUTORIAL_STRICT`` re-raises a failure, ``NSPY_TUTORIAL_RESULTS`` gets one JSON
+line per section, ``NSPY_TUTORIAL_REQUIRE`` turns a skip lacking one of its needs into a failure."""
 
 from __future__ import annotations
 
@@ -18,8 +9,11 @@ import dataclasses
 import json
 import os
 import re
+import sys
+import tempfile
 import time
 import traceback
+from pathlib import Path
 from types import TracebackType
 
 from nspy_tutorial.display import banner
@@ -30,12 +24,12 @@ STATUSES = (OK, SKIPPED, FAILED)
 STRICT_VAR = "NSPY_TUTORIAL_STRICT"
 REQUIRE_VAR = "NSPY_TUTORIAL_REQUIRE"
 RESULTS_VAR = "NSPY_TUTORIAL_RESULTS"
+WORKDIR_VAR = "NSPY_TUTORIAL_WORKDIR"
+DEFAULT_ROOT = "nspy_work"  # the work folders' root when WORKDIR_VAR is unset (in Colab: /content/nspy_work)
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("", "0", "false", "no", "off")
-# What ``Environment.require`` and ``require_compute_capability`` put in ``Skip.needs``.
 NEEDS = ("gpu", "profiler", "ncu", "ncu-cli", "cupti", "triton", "counters")
-# The most common Nsight Compute failure on shared machines: the driver lets only administrators
-# read the GPU's performance counters. Whichever tool meets it, its error text carries this code.
+# The driver lets only administrators read the GPU's counters: every tool's error text then carries this code.
 COUNTERS_CODE = "ERR_NVGPUCTRPERM"
 COUNTERS_REMEDY = (
     "ask an administrator to allow GPU performance counters for all users (driver module option "
@@ -72,8 +66,7 @@ def counters_skip(exc: BaseException) -> BaseException:
 
 
 def needs(value, section: str, need: str = "profiler"):
-    """``value``, made by an earlier section (``section``: its number, e.g. ``"2b"``); when it is None,
-    SKIPPED with that section's outcome, remedy and need (``need`` when it recorded none)."""
+    """``value``, made by section ``section`` (e.g. ``"2b"``); when None, SKIPPED with that section's outcome."""
     if value is not None:
         return value
     earlier = next((r for r in records() if r.section.startswith(section + ".")), None)
@@ -87,8 +80,7 @@ class ClaimFailed(AssertionError):
 
 
 def claim(condition: object, statement: str, evidence: str = "") -> None:
-    """Check a claim the prose makes: print ``check: <statement>`` when it holds, else raise
-    :class:`ClaimFailed` naming it."""
+    """Print ``check: <statement>`` when it holds, else raise :class:`ClaimFailed` naming it."""
     detail = f" ({evidence})" if evidence else ""
     if not condition:
         raise ClaimFailed(f"claim no longer holds: {statement}{detail}")
@@ -115,13 +107,43 @@ _NOTEBOOK = {"name": "notebook"}
 
 
 def set_notebook(name: str) -> None:
-    """Name the notebook whose sections are being recorded (called by ``setup``)."""
     _NOTEBOOK["name"] = name
 
 
 def records() -> list[SectionRecord]:
-    """The records of the sections run so far in this kernel."""
     return list(_RECORDS.values())
+
+
+_ROOT: dict[str, Path] = {}
+
+
+def workdir_root() -> Path:
+    """The folder that holds one work folder per notebook (absolute, fixed at first use)."""
+    if "root" not in _ROOT:
+        _ROOT["root"] = Path(os.environ.get(WORKDIR_VAR, "").strip() or DEFAULT_ROOT).expanduser().resolve()
+    return _ROOT["root"]
+
+
+def enter_workdir(notebook: str) -> Path:
+    """Make ``<root>/<notebook>``, for every file the notebook writes, the working directory and first on
+    ``sys.path``, with ``tempfile`` and child processes writing to its ``tmp/``; return it."""
+    if not notebook or os.sep in notebook or notebook in (".", ".."):
+        raise ValueError(f"work folder: {notebook!r} is not a notebook name such as '06_roofline'")
+    path = workdir_root() / notebook
+    tmp = path / "tmp"
+    try:
+        tmp.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        value = os.environ.get(WORKDIR_VAR, "")
+        setting = f"{WORKDIR_VAR}={value!r}" if value.strip() else f"{WORKDIR_VAR} is unset, so ./{DEFAULT_ROOT}"
+        raise SettingError(f"{setting}: cannot make the work folder {tmp} ({error.strerror or error}); set "
+                           f"{WORKDIR_VAR} to a folder you can write to") from None
+    os.chdir(path)
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+    tempfile.tempdir = str(tmp)
+    os.environ["TMPDIR"] = str(tmp)  # child processes (ncu, Python scripts) too
+    return path
 
 
 def strict() -> bool:
@@ -152,8 +174,7 @@ def check_settings() -> None:
 
 
 def first_line(text: str, limit: int = 200) -> str:
-    """The first line of ``text``; one longer than ``limit`` is cut after its last whole word that
-    fits, with "...", and one without a space to cut at is kept whole."""
+    """The first line of ``text``, cut after its last whole word within ``limit`` (with "...") if it can be."""
     line = (text.strip().splitlines() or [""])[0]
     if len(line) <= limit:
         return line
@@ -211,8 +232,7 @@ class section:
 
 
 def summary() -> list[SectionRecord]:
-    """Print every section's status and result line; return the records. In strict mode a FAILED
-    section raises here too, so a failure that was somehow not re-raised still fails the run."""
+    """Print every section's status and result line; return the records. Strict: a FAILED section raises."""
     banner(f"SUMMARY  {_NOTEBOOK['name']}")
     recs = records()
     for rec in recs:

@@ -14,13 +14,13 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _own_work_folder(tmp_path, monkeypatch):
-    from nspy_tutorial import workdir
+    from nspy_tutorial import sections as workdir
 
     monkeypatch.setenv(workdir.WORKDIR_VAR, str(tmp_path / "work"))
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(tempfile, "tempdir", tempfile.tempdir)
     # setenv first, so that undo restores TMPDIR as it was, unset included (a bare delenv of an
-    # unset variable records nothing, and a TMPDIR that workdir.enter() set would outlive the test)
+    # unset variable records nothing, and a TMPDIR that sections.enter_workdir() set would outlive the test)
     monkeypatch.setenv("TMPDIR", os.environ.get("TMPDIR", ""))
     if not os.environ["TMPDIR"]:
         monkeypatch.delenv("TMPDIR")

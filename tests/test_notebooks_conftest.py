@@ -13,8 +13,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 WHERE = """import nspy_tutorial as nt
-from nspy_tutorial import workdir
-open({log!r}, "w").write(str(workdir.enter("01_fails")))"""
+from nspy_tutorial import sections
+open({log!r}, "w").write(str(sections.enter_workdir("01_fails")))"""
 
 
 def write_notebook(path: Path, *sources: str) -> None:

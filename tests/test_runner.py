@@ -387,7 +387,7 @@ with open({log!r}, "a") as f:
 def test_each_notebook_runs_once_in_numeric_order_in_a_kernel_that_is_gone_afterwards(notebooks_dir, tmp_path):
     log = tmp_path / "ran.log"
     for name in ["10_last.ipynb", "02_second.ipynb", "1_first.ipynb"]:
-        write_notebook(notebooks_dir, name, "import nspy_tutorial.workdir as w\nw.enter(%r)" % name[:-6],
+        write_notebook(notebooks_dir, name, "import nspy_tutorial.sections as w\nw.enter_workdir(%r)" % name[:-6],
                        PID_CELL.format(log=str(log)))
     assert run_main(notebooks_dir, tmp_path / "results") == 0
     ran = [line.split() for line in log.read_text().splitlines()]
