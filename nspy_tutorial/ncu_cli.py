@@ -1,12 +1,10 @@
-"""The ncu command line, for where nsight-python's Nsight Compute backend does not work.
+"""Child processes: the ncu command line, where nsight-python's Nsight Compute backend does not work, and
+:func:`run_json` for a script that must not share the notebook's process.
 
-An ncu of any version still profiles a *separate* Python in launch mode. :func:`nsight_table`
-runs a notebook's kernels module that way -- its ``__main__`` calls :func:`replay`, which runs a
-function as nsight-python runs a decorated one, inside nsight-python's NVTX ranges -- and reads
-the report with nsight-python's own extraction and aggregation, so the notebook gets the very
-table the backend returns: one analysis path, whichever tool measured. Those two functions are
-not public API: :data:`NSIGHT_TESTED` is the nsight-python range this is tested with.
-``NSPY_TUTORIAL_KEEP_TABLES=<folder>`` also saves each table (:func:`keep_table`): the tests' fixtures.
+An ncu of any version still profiles a separate Python in launch mode: :func:`nsight_table` runs a kernels
+module whose ``__main__`` is :func:`replay` (as nsight-python runs a decorated function) and reads the report
+with nsight-python's own extraction and aggregation (not public API: :data:`NSIGHT_TESTED`), so the notebook
+gets the very table the backend returns. ``NSPY_TUTORIAL_KEEP_TABLES`` saves each table (the tests' fixtures).
 """
 
 from __future__ import annotations
@@ -18,7 +16,8 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -32,6 +31,7 @@ NSIGHT_DOMAIN = "nsight-python"  # nsight.annotate opens its ranges in this NVTX
 NSIGHT_TESTED = ((1, 1), (1, 2))  # nsight-python >= 1.1, < 1.2: extraction/transformation as read here
 DEFAULTS = {"runs": 10, "metrics": ("gpu__time_duration.sum",), "cache_control": "all", "clock_control": "none",
             "replay_mode": "kernel", "thermal_mode": "off"}  # nsight.analyze.kernel's own defaults
+RESULT_MARKER = "NSPY_RESULT "  # run_json's script prints its result as this and one JSON object
 KNOWN = {*DEFAULTS, "configs", "combine_kernel_metrics", "derive_metric", "normalize_against", "ignore_kernel_list",
          "report", "verbosity"}  # verbosity: accepted so one settings dict serves both paths
 
@@ -42,6 +42,10 @@ class NcuCliError(RuntimeError):
 
 class CountersNotPermitted(NcuCliError):
     """The driver lets only administrators read GPU performance counters (ERR_NVGPUCTRPERM)."""
+
+
+class ChildError(RuntimeError):
+    """:func:`run_json`'s child exited non-zero, timed out, or printed no result line."""
 
 
 def child_environment() -> dict[str, str]:
@@ -58,12 +62,8 @@ def command_text(cmd: Sequence[str]) -> str:
 
 
 def run(cmd: Sequence[str], timeout: int = 600) -> str:
-    """Run an ncu command in the foreground (its whole tree ends with the call); its output.
-
-    First gives back torch's cached GPU memory, which the child needs again (a T4 has 15 GB).
-    :class:`CountersNotPermitted` when ncu says the counters are reserved (even with exit 0),
-    :class:`NcuCliError` with ncu's last lines when it fails or runs too long.
-    """
+    """Run an ncu command in the foreground, after giving back torch's cached GPU memory; its output, or
+    :class:`CountersNotPermitted` (even with exit 0), or :class:`NcuCliError` with ncu's last lines."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
@@ -93,8 +93,7 @@ def _unit_factor(part: str, whole: str) -> float:
 
 
 def to_base_units(value: float, unit: str) -> float:
-    """``value`` printed by ncu in ``unit`` in SI base units (s, byte, byte/s, Hz); ``%`` and no unit unchanged.
-    An unknown unit is an error, so a scaled value is never read as if it were in base units."""
+    """``value`` printed by ncu in ``unit`` in SI base units (s, byte, byte/s, Hz); an unknown unit is an error."""
     unit = (unit or "").strip()
     if unit in ("", "%"):
         return value
@@ -124,8 +123,7 @@ def as_tuples(configs: Sequence) -> list[tuple]:
 def nsight_command(ncu: str, script: str, function: str, configs: Sequence, runs: int, metrics: Sequence[str],
                    report: str, cache_control: str = "all", clock_control: str = "none",
                    replay_mode: str = "kernel") -> list[str]:
-    """The launch-mode command that records what nsight-python's backend would: the kernels in its NVTX
-    ranges, ``metrics``, under the given cache, clock and replay rules."""
+    """The launch-mode command that records what nsight-python's backend would, under the same rules."""
     arguments = [function, json.dumps([list(config) for config in as_tuples(configs)]), str(runs)]
     return [ncu, "--nvtx", "--nvtx-include", f"regex:{NSIGHT_DOMAIN}@.+", "--cache-control", cache_control,
             "--clock-control", clock_control, "--replay-mode", replay_mode, "--metrics", ",".join(metrics),
@@ -135,8 +133,7 @@ def nsight_command(ncu: str, script: str, function: str, configs: Sequence, runs
 def read_nsight_table(report: str, func, configs: Sequence, runs: int, metrics: Sequence[str], *,
                       combine_kernel_metrics=None, derive_metric=None, normalize_against: str | None = None,
                       ignore_kernel_list: Sequence[str] | None = None) -> pd.DataFrame:
-    """nsight-python's ``to_dataframe()`` table from a report of :func:`replay`'s runs: the two calls its
-    backend makes after profiling, with the same arguments (its errors are its own)."""
+    """nsight-python's ``to_dataframe()`` table from a report of :func:`replay`'s runs (its backend's two calls)."""
     check_nsight_version()
     from nsight import extraction, transformation
     from nsight.utils import VerbosityLevel
@@ -150,12 +147,8 @@ def read_nsight_table(report: str, func, configs: Sequence, runs: int, metrics: 
 
 
 def nsight_table(script: str, func, *, ncu: str, timeout: int = 600, **settings) -> pd.DataFrame:
-    """Profile ``func`` of the kernels module ``script`` with the ncu command line; nsight-python's table.
-
-    The keyword arguments are ``nsight.analyze.kernel``'s, with its defaults, so one settings dict
-    serves both paths. The command is printed, then run in the foreground; the report goes to
-    ``report`` (default ``<function>.ncu-rep``).
-    """
+    """Profile ``func`` of the kernels module ``script`` with the ncu command line; nsight-python's table. The
+    settings are ``nsight.analyze.kernel``'s (one dict serves both paths); the report is ``<function>.ncu-rep``."""
     s = {**DEFAULTS, **settings}
     unknown = sorted(set(s) - KNOWN)
     if unknown:
@@ -182,8 +175,7 @@ def nsight_table(script: str, func, *, ncu: str, timeout: int = 600, **settings)
 
 def keep_table(table: pd.DataFrame, func, configs: Sequence, runs: int, metrics: Sequence[str],
                name: str | None = None) -> str | None:
-    """With ``NSPY_TUTORIAL_KEEP_TABLES=<folder>``, save ``table`` there as JSON with its column types and
-    the call, as ``<work folder name>--<name>.json``; its path (None without the variable)."""
+    """With ``NSPY_TUTORIAL_KEEP_TABLES=<folder>``, save ``table``, its dtypes and the call there as JSON."""
     folder = os.environ.get(KEEP_VAR)
     if not folder:
         return None
@@ -201,8 +193,7 @@ def keep_table(table: pd.DataFrame, func, configs: Sequence, runs: int, metrics:
 
 def replay(namespace: dict, argv: Sequence[str] | None = None) -> None:
     """A kernels module's ``__main__``: ``<function> <configs as JSON> <runs>``, run as nsight-python runs a
-    decorated function -- every config, then every run, the annotation state cleared before each run. Started
-    by :func:`run`, it exits as soon as the notebook's process is gone (:func:`lifetime.watch_owner`)."""
+    decorated function; it exits as soon as the notebook's process is gone (:func:`lifetime.watch_owner`)."""
     lifetime.watch_owner()
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 3:
@@ -219,3 +210,34 @@ def replay(namespace: dict, argv: Sequence[str] | None = None) -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+
+
+def parse_result(output: str) -> dict[str, Any]:
+    """The JSON object on the last ``NSPY_RESULT`` line of ``output``; :class:`ChildError` if none."""
+    lines = [line for line in output.splitlines() if line.startswith(RESULT_MARKER)]
+    if not lines:
+        raise ChildError(f"the child printed no line starting with {RESULT_MARKER.strip()!r}")
+    try:
+        result = json.loads(lines[-1][len(RESULT_MARKER):])
+    except json.JSONDecodeError as exc:
+        raise ChildError(f"the child's result line is not JSON: {exc}") from exc
+    if not isinstance(result, dict):
+        raise ChildError(f"the child's result is a {type(result).__name__}, not a JSON object")
+    return result
+
+
+def run_json(script: str, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+             timeout: float = 300) -> dict[str, Any]:
+    """Run ``python script *args`` in the foreground, in :func:`child_environment` plus ``env``; its result
+    line, or :class:`ChildError` with the child's last lines."""
+    try:
+        code, output = lifetime.run([sys.executable, script, *args], {**child_environment(), **(env or {})}, timeout)
+    except subprocess.TimeoutExpired:
+        raise ChildError(f"the child ran longer than {timeout:g} s and was stopped") from None
+    tail = "\n".join(output.strip().splitlines()[-8:])
+    if code != 0:
+        raise ChildError(f"the child exited {code}:\n{tail}")
+    try:
+        return parse_result(output)
+    except ChildError as exc:
+        raise ChildError(f"{exc}; its last lines:\n{tail}") from exc

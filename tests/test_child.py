@@ -1,8 +1,8 @@
-"""Specifications for nspy_tutorial.child (a script in a fresh process, one JSON result back)."""
+"""Specifications for nspy_tutorial.ncu_cli.run_json (a script in a fresh process, one JSON result back)."""
 
 import pytest
 
-from nspy_tutorial import child
+from nspy_tutorial import ncu_cli as child
 
 
 def write(folder, name: str, source: str) -> str:

@@ -211,7 +211,7 @@ import pandas as pd
 from scipy import stats
 from torch.version import cuda as TORCH_CUDA
 
-from nspy_tutorial import backend, child, lifetime, ncu_cli
+from nspy_tutorial import backend, lifetime, ncu_cli
 
 TIME, CLOCK = "gpu__time_duration.sum", "gpc__cycles_elapsed.avg.per_second"
 CUPTI_INSTALL = backend.cupti_install_command()  # the pinned cupti-python and libcupti 13.4, in a folder of their own
@@ -230,7 +230,7 @@ def cupti_child(function: str) -> dict:
         problem = backend.use_cupti_target()[1]  # on this process's path and its children's when usable
         if problem:
             raise nt.Skip(f"CUPTI cannot run in a child process here: {problem}", CUPTI_REMEDY, needs="cupti")
-    found = child.run_json("cupti_ncu_kernels.py", ["cupti", function], timeout=300)
+    found = ncu_cli.run_json("cupti_ncu_kernels.py", ["cupti", function], timeout=300)
     print(f"  CUPTI child: NSPY_NCU_INIT_AT_IMPORT=0, preloaded {found['libcupti']}, then nsight, CUPTI, torch")
     return found | {"table": pd.DataFrame(**found["table"])} if "table" in found else found
 
@@ -457,7 +457,7 @@ def event_clocks(traced: list, plain: list, cupti: pd.DataFrame) -> pd.DataFrame
 with nt.section("4. Two more clocks on the same launches: CUDA events and wall time") as s:
     ENV.require("profiler", also="cupti")
     cupti = nt.needs(CUPTI, section="1", need="cupti")
-    PLAIN = child.run_json("cupti_ncu_kernels.py", ["plain"], timeout=300)  # no nsight tool, no profiler
+    PLAIN = ncu_cli.run_json("cupti_ncu_kernels.py", ["plain"], timeout=300)  # no nsight tool, no profiler
     EVENTS = event_clocks(cupti["events"], PLAIN["events"], cupti["table"])
     nt.show(EVENTS, list(EVENTS.columns))
     hand = EVENTS[EVENTS.profiler == "none"].reset_index(drop=True)  # no profiler: as timed by hand
@@ -520,7 +520,7 @@ with nt.section("5. What CUPTI cannot do") as s:
 # %%
 with nt.section("6. torch.profiler goes blind while nsight's CUPTI is active") as s:
     ENV.require("profiler", also="cupti")
-    plain = (PLAIN or child.run_json("cupti_ncu_kernels.py", ["plain"], timeout=300))["cuda_events"]  # no nsight tool
+    plain = (PLAIN or ncu_cli.run_json("cupti_ncu_kernels.py", ["plain"], timeout=300))["cuda_events"]  # no nsight tool
     beside = ck.profiler_beside_cupti() if ENV.backend == "cupti" else cupti_child("profiler_beside_cupti")
     nt.claim(plain >= 5, "with no nsight tool active, torch.profiler sees each matmul", f"{plain} events, 5 matmuls")
     after = beside["nsight_after"] and f"{beside['nsight_after']} -- restart to profile again"
