@@ -25,6 +25,14 @@ def version_text(version: tuple[int, ...] | None) -> str:
     return "unknown" if version is None else ".".join(str(p) for p in version)
 
 
+def installed(name: str) -> str | None:
+    """The installed version of the Python package ``name``, or None."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def parse_ncu_version(output: str) -> tuple[int, ...] | None:
     """``Version 2026.3.1.0`` in ``ncu --version``'s output, as four numbers."""
     match = re.search(r"Version\s+(\d+)\.(\d+)\.(\d+)(?:\.(\d+))?", output)
@@ -83,8 +91,7 @@ class CuptiLibrary:
 
 
 def find_cupti_library(paths: list[str] | None = None) -> CuptiLibrary | None:
-    """The newest libcupti of any installed nvidia-cuda-cupti (torch pins an older one beside the 13.4+
-    that cupti-python wants), or of those under ``paths`` (a ``pip install --target`` folder)."""
+    """The newest libcupti of the nvidia-cuda-cupti wheels installed (or under ``paths``): torch's is older."""
     found = []
     for dist in importlib.metadata.distributions(path=paths) if paths else importlib.metadata.distributions():
         if not (dist.metadata["Name"] or "").lower().replace("_", "-").startswith("nvidia-cuda-cupti"):
@@ -113,18 +120,13 @@ def cupti_problem(library: CuptiLibrary | None, python_available: bool) -> str |
 
 
 def preload_cupti(library: CuptiLibrary) -> None:
-    """Load ``library`` (``libcupti.so.13``) globally before torch loads its own.
-
-    A CUDA 13 torch asks for ``libcupti.so.13`` by name and gets this one: one libcupti in the process
-    (without it, on the test machine's torch cu130, CUPTI's activation failed with ERROR_INVALID_PARAMETER).
-    A CUDA 12 torch asks for ``libcupti.so.12`` and loads its own beside it.
-    """
+    """Load ``library`` globally before torch loads its own: a CUDA 13 torch then uses this one (two failed
+    CUPTI's activation with ERROR_INVALID_PARAMETER); a CUDA 12 torch loads its libcupti.so.12 beside it."""
     ctypes.CDLL(library.path, mode=ctypes.RTLD_GLOBAL)
 
 
 def pins() -> dict[str, str]:
-    """The exact versions the recorded runs used, from one place: pyproject.toml's ``==`` pins (the
-    dependencies and the ``cupti`` extra), read from the installed package's metadata or the clone."""
+    """pyproject.toml's ``==`` pins (the versions the recorded runs used), from the package's metadata or the clone."""
     try:
         lines = importlib.metadata.requires("nspy-tutorial") or []
     except importlib.metadata.PackageNotFoundError:
@@ -135,17 +137,12 @@ def pins() -> dict[str, str]:
 
 
 def cache_dir() -> Path:
-    """The series' folder for what it keeps per machine: ``$XDG_CACHE_HOME/nspy-tutorial`` (default ``~/.cache``)."""
+    """What the series keeps per machine: ``$XDG_CACHE_HOME/nspy-tutorial`` (default ``~/.cache``)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nspy-tutorial"
 
 
-def cupti_target() -> Path:
-    """Where Colab's CUPTI packages go: a folder of their own, so Colab's CUDA 12 packages stay untouched."""
-    return cache_dir() / "cupti"
-
-
 def cupti_install_command() -> list[str]:
-    """pip installs cupti-python and libcupti 13.4, at the pinned versions, into :func:`cupti_target` alone."""
+    """pip installs cupti-python and libcupti 13.4, pinned, into :func:`cupti_target` alone."""
     versions = pins()
     wanted = [f"{name}=={versions[name]}" if name in versions else name for name in CUPTI_PACKAGES]
     return [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cupti_target()), *wanted]
@@ -162,6 +159,11 @@ def use_cupti_target() -> tuple[CuptiLibrary | None, str | None]:
         importlib.invalidate_caches()
     library = find_cupti_library([folder])
     return library, cupti_problem(library, True)
+
+
+def cupti_target() -> Path:
+    """Where Colab's CUPTI packages go: a folder of their own, so Colab's CUDA 12 packages stay untouched."""
+    return cache_dir() / "cupti"
 
 
 def installer_path() -> Path:

@@ -1,9 +1,6 @@
-"""The results card: a pytest plug-in that writes it from a nbmake run of the notebooks.
-
-``nspy-tutorial run`` runs ``pytest --nbmake -p nspy_tutorial.card --nspy-card DIR``. For each
-notebook the plug-in points ``NSPY_TUTORIAL_RESULTS`` at a file of its own, where the section
-guards append one JSON line per section, and prints a progress line before and after; at the
-end it writes ``DIR/results.json`` and ``DIR/results.md`` (not when the run was interrupted).
+"""The results card: a pytest plug-in (``-p nspy_tutorial.card --nspy-card DIR``) that points
+``NSPY_TUTORIAL_RESULTS`` at one records file per notebook, prints a progress line before and after each,
+and at the end writes ``DIR/results.json`` and ``DIR/results.md`` (not when the run was interrupted).
 """
 
 from __future__ import annotations
@@ -36,8 +33,7 @@ def plural(count: int, noun: str) -> str:
 
 
 def read_section_records(path: Path) -> list[SectionRecord]:
-    """The records in a JSON-lines file, the last per section at the place of its first (a re-run cell
-    counts); a line that is not a record is skipped with a warning."""
+    """The records in a JSON-lines file, the last per section (a re-run cell counts); others are warned of."""
     latest: dict[tuple[str, str], SectionRecord] = {}
     names = {f.name for f in fields(SectionRecord)}
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines() if path.exists() else [], 1):
@@ -71,8 +67,8 @@ def need_label(needs: str | None) -> str:
 
 
 def headline(entries: list[dict[str, Any]]) -> str:
-    """What ran, e.g. ``3 sections ran OK, 23 skipped (21 no GPU, 2 other reasons), 0 failed``, then
-    each notebook stopped by an error, with its cell (``; 1 of 3 notebooks stopped by an error in cell 2 (01_bad)``)."""
+    """What ran, e.g. ``3 sections ran OK, 23 skipped (21 no GPU, 2 other reasons), 0 failed``, then each
+    notebook an error stopped."""
     sections = [s for entry in entries for s in entry["sections"]]
     counts = Counter(s["status"] for s in sections)
     skipped = Counter(need_label(s["needs"]) for s in sections if s["status"] == SKIPPED).most_common()

@@ -1,8 +1,5 @@
-"""The ``nspy-tutorial`` command line; its entry point :func:`main` installs the signal handling first.
-
-Ctrl-C or SIGTERM at any moment, start-up included, ends the same way: one line ``interrupted
-(SIGINT)`` on stderr, exit 130 (SIGTERM: 143), ``--out`` left as it was, no traceback. ``run --help``
-lists the exit codes and the variables from the code's constants; the run is :mod:`nspy_tutorial.runner`'s.
+"""The ``nspy-tutorial`` command line; :func:`main` installs the signal handling first: Ctrl-C or SIGTERM at
+any moment prints one line ``interrupted (SIGINT)``, exits 130 (SIGTERM: 143), leaves ``--out`` as it was.
 """
 
 from __future__ import annotations

@@ -22,8 +22,7 @@ def banner(title: str) -> None:
 
 def show(df: pd.DataFrame, cols: Sequence[str], scale: Mapping[str, float] | None = None,
          fmt: str = "{:,.2f}") -> pd.DataFrame:
-    """Print ``cols`` of ``df`` as an indented table and return what was printed (a copy). ``scale``
-    multiplies named columns (``{"AvgValue": 1e-3}``: ns -> us); ``fmt`` formats every float."""
+    """Print ``cols`` of ``df`` as an indented table, ``scale`` multiplying named columns; return what was printed."""
     import pandas as pd
 
     missing = [c for c in cols if c not in df.columns]
@@ -61,10 +60,8 @@ def _mangled_parts(name: str) -> tuple[list[str], list[str]]:
 
 
 def short_kernel_name(name: str) -> str:
-    """A kernel's name for one line: the qualified function name and, when a template argument names
-    one, the functor that says what it computes (``at::native::vectorized_elementwise_kernel<CUDAFunctor_add>``).
-    Takes CUPTI's mangled names, nsight-python's bare ones and ``ncu_report``'s demangled ones; others
-    (``nvjet_sm90_...``, ``triton_poi_fused_...``) pass unchanged. A bare name may be shared by two kernels."""
+    """A kernel's name for one line, mangled or not: the qualified name and the functor a template argument
+    names (``at::native::vectorized_elementwise_kernel<CUDAFunctor_add>``); others pass unchanged."""
     name = name.strip()
     if name.startswith("_Z") and len(name) > 2 and (name[2].isdigit() or name.startswith("_ZN")):
         qualified, rest = _mangled_parts(name)
@@ -86,8 +83,7 @@ _CLOCK = {"none": "clocks free to boost", "base": "clocks locked to base"}
 
 
 def rules(source: str | None, cache_control: str | None = None, clock_control: str | None = None) -> str:
-    """One line saying which tool measured (``"ncu"``: the Nsight Compute backend, ``"cupti"``, ``"ncu-cli"``:
-    the command line) and under which cache and clock rules (unspecified: that tool's defaults)."""
+    """One line saying which tool measured (``ncu``, ``cupti``, ``ncu-cli``) under which cache and clock rules."""
     if source not in SOURCES:
         raise ValueError(f"rules(): unknown source {source!r}; use one of {', '.join(SOURCES)}")
     if source == "cupti":

@@ -4,7 +4,6 @@ need ends the section SKIPPED with setup's real reason and the remedy that fits 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import platform
 from pathlib import Path
 
@@ -137,13 +136,6 @@ class Environment:
         return rows
 
 
-def _version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def torch_cuda_text(env: Environment) -> str:
     """Which CUDA torch was built for, and what that means on this machine."""
     try:
@@ -171,9 +163,9 @@ def banner_lines(env: Environment) -> list[str]:
     else:
         lines += [f"GPU          none -- {env.gpu_problem}", f"             {gpu_remedy(env.on_colab)}"]
     cuda = f" (supports CUDA {env.driver_cuda[0]}.{env.driver_cuda[1]})" if env.driver_cuda else ""
-    lines.append(f"driver       {env.driver or '-'}{cuda}   torch {_version('torch')} ({torch_cuda_text(env)})")
+    lines.append(f"driver       {env.driver or '-'}{cuda}   torch {backend.installed('torch') or 'not installed'} ({torch_cuda_text(env)})")
     pinned = backend.pins() or dict.fromkeys(("nsight-python", "cupti-python"))
-    lines.append("nsight       " + ", ".join(f"{name} {_version(name)}" for name in pinned))
+    lines.append("nsight       " + ", ".join(f"{name} {backend.installed(name) or 'not installed'}" for name in pinned))
     lines.append(f"backend      {env.backend or 'none'} -- {env.backend_reason}")
     cli = (f"{backend.version_text(env.ncu_version)}  {env.ncu_path}" if env.ncu_path
            else f"none -- {env.cli_problem or 'no ncu found'}")

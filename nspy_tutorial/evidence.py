@@ -1,16 +1,12 @@
-"""Bookkeeping for keeping the evidence of a profiling investigation (notebooks 08 and 10).
-
-The lessons (``output_prefix``/``output_csv``, reading the CSVs back, ``ncu_report``, the zip) are
-written out in the notebooks; here is the plumbing around them, testable without a GPU: the newest
-file nsight-python wrote, a folder's listing, a table against its CSV copy, the report reader's
-version against the ncu that wrote a report, and the environment as a JSON-ready record.
+"""The plumbing around keeping the evidence (notebooks 08 and 10, which write the lessons out), testable
+without a GPU: the newest file nsight-python wrote, a folder's listing, a table against its CSV copy, the
+report reader's version against the writer's, the environment as a JSON-ready record.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib.metadata
 import os
 import platform
 import re
@@ -22,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nspy_tutorial.backend import version_text
+from nspy_tutorial.backend import installed, version_text
 from nspy_tutorial.environment import banner_lines
 
 # nsight-python names its files <prefix><kind>-<function>-<k>.<ext>, k counting the calls.
@@ -90,16 +86,9 @@ def _version(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(part) for part in match.groups() if part is not None) if match else None
 
 
-def _installed(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def reader_version() -> tuple[int, ...] | None:
     """The installed ``ncu-report`` package's version (the reader of ``.ncu-rep`` files)."""
-    return _version(_installed("ncu-report"))
+    return _version(installed("ncu-report"))
 
 
 def version_verdict(writer: tuple[int, ...] | None, reader: tuple[int, ...] | None) -> tuple[str, str]:
@@ -139,7 +128,7 @@ def environment_record(env: Any) -> dict[str, Any]:
             "facts": facts, "datasheet": sheet, "backend": env.backend, "backend_reason": env.backend_reason,
             "ncu_path": env.ncu_path, "ncu_version": version_text(env.ncu_version) if env.ncu_version else None,
             "ncu_problem": env.ncu_problem, "cupti_problem": env.cupti_problem,
-            "packages": {name: _installed(name) for name in PACKAGES},
+            "packages": {name: installed(name) for name in PACKAGES},
             "torch_cuda": getattr(getattr(torch, "version", None), "cuda", None) if torch else None,
             "python": platform.python_version(), "platform": platform.platform(), "host": socket.gethostname(),
             "on_colab": env.on_colab, "banner": banner_lines(env)}

@@ -52,12 +52,8 @@ class Datasheet:
         return getattr(self, f"{precision}_tflops")
 
     def peak_clock_mhz(self, precision: str) -> float | None:
-        """The SM clock (MHz) at which the ``precision`` peak is stated, None where the table does not say.
-
-        A kernel that ran at a clock f can reach at most ``peak x f / peak_clock_mhz``. fp32 is
-        stated at ``clock_mhz``; the tensor precisions at ``tensor_clock_mhz`` where the datasheet
-        states them at another clock (an H100 SXM: 1830 MHz against 1980), else at ``clock_mhz``.
-        """
+        """The SM clock (MHz) the ``precision`` peak is stated at (a kernel at clock f reaches at most
+        ``peak x f / peak_clock_mhz``): ``tensor_clock_mhz`` for tensor precisions where given, else ``clock_mhz``."""
         self.peak_tflops(precision)  # the same check of the name
         tensor = self.tensor_clock_mhz.value if precision != "fp32" else None
         return tensor or self.clock_mhz.value
@@ -84,9 +80,8 @@ def load_datasheets(text: str | None = None) -> dict[str, Datasheet]:
 
 
 def datasheet_for(device_name: str, sheets: dict[str, Datasheet] | None = None) -> Datasheet | None:
-    """The datasheet row for ``device_name`` (as torch/NVML report it), or None: a name the table lists
-    (case and surrounding spaces ignored), else the row with the most ``match`` words, all words of the name.
-    ``matched_by`` on the result says which."""
+    """The row for ``device_name``, or None: a name the table lists, else the row with the most ``match`` words,
+    all whole words of the name ("A10" is not one of "A100"); ``matched_by`` says which."""
     sheets = load_datasheets() if sheets is None else sheets
     wanted = device_name.strip().lower()
     for sheet in sheets.values():
@@ -119,8 +114,7 @@ class DeviceFacts:
 
 
 def device_facts() -> DeviceFacts:
-    """The current CUDA device's own numbers, through torch and NVML (the same GPU, found by its UUID).
-    Needs a GPU; initialises CUDA, so call it only after ``setup()``."""
+    """The current CUDA device's own numbers, through torch and NVML; starts CUDA, so only after ``setup()``."""
     import torch  # imported here: the bootstrap must import nsight before torch
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())

@@ -1,12 +1,9 @@
 """Every process a notebook starts ends with its cell, or with its kernel.
 
-:func:`run` runs a command in the foreground of the cell. Whatever ends the wait (the command's exit,
-its timeout, an interrupted cell's ``KeyboardInterrupt``), it kills the command's whole tree: every
-process carrying the command's :data:`TREE_VAR` value, and every descendant, also one in a session of
-its own (ncu launches the profiled Python through its ``TreeLauncherSubreaper``, which a process-group
-kill misses). When the kernel itself is killed nothing here runs, so the children see to it: the
-command dies with its parent (``PR_SET_PDEATHSIG``), and a Python child further down (the script ncu
-launched) calls :func:`watch_owner`, which exits it once the notebook's process (:data:`OWNER_VAR`) is gone.
+:func:`run` kills the command's whole tree whatever ends the wait (exit, timeout, an interrupted cell):
+every process carrying its :data:`TREE_VAR`, and every descendant (ncu's ``TreeLauncherSubreaper`` escapes
+a process-group kill). A killed kernel runs nothing, so the command dies with its parent
+(``PR_SET_PDEATHSIG``) and a Python child further down exits in :func:`watch_owner` once it is gone.
 """
 
 from __future__ import annotations
@@ -82,9 +79,8 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def run(cmd: Sequence[str], env: Mapping[str, str], timeout: float, echo: bool = False) -> tuple[int, str]:
-    """Run ``cmd`` with ``env``: its exit code and output (stdout and stderr, to a file: a pipe nobody reads
-    can fill and block the child), or ``subprocess.TimeoutExpired`` after ``timeout`` s. ``echo`` prints the
-    lines as they come, and a line every 30 s of silence: a long install is never mute."""
+    """Run ``cmd`` with ``env``: its exit code and output (through a file: a full pipe blocks), or
+    ``TimeoutExpired``. ``echo`` prints the lines as they come, and a line every 30 s of silence."""
     tag = uuid.uuid4().hex
     env = {**env, TREE_VAR: tag, OWNER_VAR: identity(os.getpid()) or ""}
     with tempfile.TemporaryFile(mode="w+b") as log:
@@ -126,8 +122,7 @@ def _wait_echoing(process: subprocess.Popen, log, timeout: float) -> int:
 
 
 def watch_owner(interval: float = 0.5) -> None:
-    """In a child started by :func:`run`: exit at once when the notebook's process is gone (nothing
-    in a process started otherwise, without :data:`OWNER_VAR`)."""
+    """In a child started by :func:`run`: exit at once when the notebook's process is gone."""
     owner = os.environ.get(OWNER_VAR)
     if not owner:
         return

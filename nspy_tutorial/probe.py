@@ -1,11 +1,7 @@
-"""Try a profiler in a child process before the notebook's own process commits to it.
-
-Loading the Nsight Compute backend or activating CUPTI cannot be undone in a process, and either
-can fail for reasons no version number predicts (an ncu that refuses the driver, counters reserved
-to administrators, a hang). So each candidate -- ``ncu`` (the Nsight Compute backend with a given
-ncu), ``cupti`` (the CUPTI backend with a given libcupti), ``ncu-cli`` (an ncu in launch mode) --
-first profiles one tiny kernel in a fresh Python, under a timeout. Outcomes are kept per machine in
-``$XDG_CACHE_HOME/nspy-tutorial/probes.json`` (default ``~/.cache``; delete it to probe again).
+"""Try a profiler in a child process before the notebook's own process commits to it: loading Nsight Compute
+or activating CUPTI cannot be undone, and either can fail for reasons no version predicts. Each candidate
+(``ncu``, ``cupti``, ``ncu-cli``) profiles one tiny kernel in a fresh Python under a timeout; outcomes are
+kept per machine in ``$XDG_CACHE_HOME/nspy-tutorial/probes.json`` (delete it to probe again).
 """
 
 from __future__ import annotations
@@ -43,13 +39,7 @@ class Outcome:
 
 def machine_key(gpu_name: str | None, driver: str | None) -> str:
     """What a kept outcome depends on besides the candidate and its tool: the GPU, the driver, nsight-python."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        nsight = version("nsight-python")
-    except PackageNotFoundError:
-        nsight = None
-    return f"{gpu_name}|{driver}|nsight-python {nsight}"
+    return f"{gpu_name}|{driver}|nsight-python {backend.installed('nsight-python')}"
 
 
 def cache_file() -> Path:

@@ -1,8 +1,7 @@
-"""``nspy-tutorial run``: one ``pytest --nbmake`` process over copies of the notebooks, with the card
-plug-in (:mod:`nspy_tutorial.card`) printing progress and writing the card. All lands in a hidden
-folder inside ``--out`` first; a complete run then replaces ``results.json``, ``results.md`` and
-``notebooks/`` there (``--out`` itself is never renamed or removed: a mount point works). Ctrl-C or
-SIGTERM stops pytest, which stops the kernel; ``--out`` is left as it was.
+"""``nspy-tutorial run``: one ``pytest --nbmake`` process over copies of the notebooks, with the card plug-in
+(:mod:`card`). All lands in a hidden folder inside ``--out``; a complete run then replaces ``results.json``,
+``results.md`` and ``notebooks/`` there (``--out`` itself stays: a mount point works). Ctrl-C or SIGTERM
+stops pytest, which stops the kernel; ``--out`` is left as it was.
 """
 
 from __future__ import annotations
@@ -53,8 +52,7 @@ def find_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[P
 
 
 def prepare_out(out: Path) -> Path:
-    """Make ``out`` if needed, and in it the hidden folder the run writes into; return that. ``out`` may be
-    missing or a previous results folder; anything else, or no place to write, is a :class:`RunnerError`."""
+    """Make ``out`` (missing, or a previous results folder) and in it the hidden folder the run writes into."""
     if out.exists() and not out.is_dir():
         raise RunnerError(f"--out {out} exists and is not a folder")
     others = [p for p in out.iterdir() if not p.name.startswith(PARTIAL)] if out.is_dir() else []
@@ -77,9 +75,8 @@ def pytest_command(notebooks: list[Path], staging: Path, ini: Path, timeout: int
 
 
 def run_pytest(command: list[str], env: dict[str, str], log: Path) -> int:
-    """Run pytest in a session of its own (its output into ``log``) and echo its progress lines. On
-    Ctrl-C/SIGTERM send it SIGINT, which stops its kernel (nbclient kills the kernel's process
-    group), and kill it after :data:`STOP_GRACE_SECONDS` (the kernel, losing its parent, exits)."""
+    """Run pytest in a session of its own and echo its progress lines. On Ctrl-C/SIGTERM send it SIGINT, which
+    stops its kernel, and kill it after :data:`STOP_GRACE_SECONDS` (the kernel, losing its parent, exits)."""
     read_fd, write_fd = os.pipe()
     with open(log, "wb") as output:
         process = subprocess.Popen([*command, f"--nspy-progress-fd={write_fd}"], env=env, stdin=subprocess.DEVNULL,
