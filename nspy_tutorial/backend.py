@@ -1,8 +1,6 @@
 """Finding the profiling tools without starting CUDA: the ncu installs and their versions, the newest
 libcupti, and the exact versions the series pins. Setup decides with these before ``import nsight``."""
 
-from __future__ import annotations
-
 import ctypes
 import dataclasses
 import glob

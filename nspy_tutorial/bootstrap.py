@@ -4,8 +4,6 @@ tried in a child process (:mod:`probe`), best first; only the one that worked lo
 and one banner is printed. Notebook 01 takes these steps as cells: ``steps="manual"``, then ``setup.finish``.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 import subprocess

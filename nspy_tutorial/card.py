@@ -3,8 +3,6 @@
 and at the end writes ``DIR/results.json`` and ``DIR/results.md`` (not when the run was interrupted).
 """
 
-from __future__ import annotations
-
 import datetime as dt
 import json
 import os

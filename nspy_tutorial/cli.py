@@ -2,8 +2,6 @@
 any moment prints one line ``interrupted (SIGINT)``, exits 130 (SIGTERM: 143), leaves ``--out`` as it was.
 """
 
-from __future__ import annotations
-
 import signal
 import sys
 import threading

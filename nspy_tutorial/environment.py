@@ -1,8 +1,6 @@
 """``ENV``: what setup found and chose, what each section may run (:meth:`Environment.require`: a missing
 need ends the section SKIPPED with setup's real reason and the remedy that fits it), and the banner."""
 
-from __future__ import annotations
-
 import dataclasses
 import platform
 from pathlib import Path

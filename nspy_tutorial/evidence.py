@@ -3,8 +3,6 @@ without a GPU: the newest file nsight-python wrote, a folder's listing, a table 
 report reader's version against the writer's, the environment as a JSON-ready record.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import datetime
 import os

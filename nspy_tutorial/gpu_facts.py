@@ -2,8 +2,6 @@
 what the device itself reports (:func:`device_facts`; never the table's: an H200 reports 60 MB of L2, not 50),
 read through NVML's handle for the GPU CUDA runs on (:func:`nvml_handle`)."""
 
-from __future__ import annotations
-
 import csv
 import dataclasses
 import os

@@ -6,8 +6,6 @@ a process-group kill). A killed kernel runs nothing, so the command dies with it
 (``PR_SET_PDEATHSIG``) and a Python child further down exits in :func:`watch_owner` once it is gone.
 """
 
-from __future__ import annotations
-
 import ctypes
 import os
 import signal

@@ -7,8 +7,6 @@ with nsight-python's own extraction and aggregation (not public API: :data:`NSIG
 gets the very table the backend returns. ``NSPY_TUTORIAL_KEEP_TABLES`` saves each table (the tests' fixtures).
 """
 
-from __future__ import annotations
-
 import importlib.metadata
 import json
 import os

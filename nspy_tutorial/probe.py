@@ -4,8 +4,6 @@ or activating CUPTI cannot be undone, and either can fail for reasons no version
 kept per machine in ``$XDG_CACHE_HOME/nspy-tutorial/probes.json`` (delete it to probe again).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import json
 import os

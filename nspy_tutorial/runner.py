@@ -4,8 +4,6 @@
 stops pytest, which stops the kernel; ``--out`` is left as it was.
 """
 
-from __future__ import annotations
-
 import json
 import os
 import re

@@ -3,8 +3,6 @@
 :class:`SettingError`: ``NSPY_TUTORIAL_STRICT`` re-raises a failure, ``NSPY_TUTORIAL_RESULTS`` gets one JSON
 line per section, ``NSPY_TUTORIAL_REQUIRE`` turns a skip lacking one of its needs into a failure."""
 
-from __future__ import annotations
-
 import dataclasses
 import json
 import os
