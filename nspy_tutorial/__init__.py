@@ -1,9 +1,6 @@
-"""Helpers for the nspy-tutorial notebooks (GPU kernel profiling with nsight-python).
-
-A notebook's first code cell calls :func:`setup`; every section runs inside :class:`section`;
-:func:`summary` closes the notebook. The names below are imported from their modules on first use,
-so ``import nspy_tutorial`` imports neither torch nor nsight (their order is the bootstrap's) and
-takes almost no time: the ``nspy-tutorial`` command installs its signal handlers right after it.
+"""Helpers for the nspy-tutorial notebooks: :func:`setup` first, each section in a :class:`section`, then
+:func:`summary`. The names load on first use, so ``import nspy_tutorial`` imports neither torch nor nsight
+(their order is the bootstrap's) and is quick: the ``nspy-tutorial`` command installs its signal handlers next.
 """
 
 import importlib

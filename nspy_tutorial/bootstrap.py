@@ -224,8 +224,7 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
     forced_cupti = backend_choice() == "cupti"  # a mistyped NSPY_TUTORIAL_BACKEND fails here, before anything slow
     colab, gpu, installs = on_colab(), probe_gpu(), backend.find_ncu_installs()
     env = Environment(notebook=notebook, on_colab=colab, gpu_name=gpu.name, gpu_problem=gpu.problem,
-                      driver=gpu.driver, driver_cuda=gpu.driver_cuda, backend=None, backend_reason="",
-                      ncu_problem=None, cupti_problem=None, ncu_path=None, ncu_version=None, workdir=folder)
+                      driver=gpu.driver, driver_cuda=gpu.driver_cuda, workdir=folder)
     if steps == "manual":
         env.backend_reason = "not chosen yet: the cells of this notebook do it, then setup.finish() records it"
         _PENDING = (env, gpu)

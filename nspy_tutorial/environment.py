@@ -46,12 +46,12 @@ class Environment:
     gpu_name: str | None
     gpu_problem: str | None  # why there is no usable GPU
     driver: str | None
-    backend: str | None  # "ncu", "cupti" or None
-    backend_reason: str
-    ncu_problem: str | None  # why nsight-python's Nsight Compute backend is not active
-    cupti_problem: str | None  # why the CUPTI backend is not active (if it is not)
-    ncu_path: str | None  # the ncu command line the fallback sections run: one that passed a probe
-    ncu_version: tuple[int, ...] | None
+    backend: str | None = None  # "ncu", "cupti" or None
+    backend_reason: str = ""
+    ncu_problem: str | None = None  # why nsight-python's Nsight Compute backend is not active
+    cupti_problem: str | None = None  # why the CUPTI backend is not active (if it is not)
+    ncu_path: str | None = None  # the ncu command line the fallback sections run: one that passed a probe
+    ncu_version: tuple[int, ...] | None = None
     cli_problem: str | None = None  # why there is no such ncu
     driver_cuda: tuple[int, int] | None = None  # the CUDA version the driver supports (NVML)
     probes: list[str] = dataclasses.field(default_factory=list)  # one line per probe, for the banner

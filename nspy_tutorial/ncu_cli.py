@@ -163,10 +163,8 @@ def nsight_table(script: str, func, *, ncu: str, timeout: int = 600, **settings)
                          s["cache_control"], s["clock_control"], s["replay_mode"])
     print(f"  $ {command_text(cmd)}")
     run(cmd, timeout=timeout)
-    table = read_nsight_table(report, func, s["configs"], s["runs"], s["metrics"],
-                              combine_kernel_metrics=s.get("combine_kernel_metrics"),
-                              derive_metric=s.get("derive_metric"), normalize_against=s.get("normalize_against"),
-                              ignore_kernel_list=s.get("ignore_kernel_list"))
+    passed_on = ("combine_kernel_metrics", "derive_metric", "normalize_against", "ignore_kernel_list")
+    table = read_nsight_table(report, func, s["configs"], s["runs"], s["metrics"], **{k: s.get(k) for k in passed_on})
     keep_table(table, func, s["configs"], s["runs"], s["metrics"], name=os.path.basename(report).removesuffix(".ncu-rep"))
     return table
 

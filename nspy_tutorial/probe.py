@@ -51,15 +51,6 @@ def _read_cache() -> dict:
         return {}
 
 
-def _write_cache(key: str, outcome: Outcome) -> None:
-    kept = {**_read_cache(), key: dataclasses.asdict(outcome)}
-    try:
-        cache_file().parent.mkdir(parents=True, exist_ok=True)
-        cache_file().write_text(json.dumps(kept, indent=1), encoding="utf-8")
-    except OSError:  # a read-only home only costs a probe next time
-        pass
-
-
 def first_error(output: str) -> str:
     """The line that says what went wrong: ncu's ``==ERROR==``, else the child's failure line, else its last."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
@@ -94,7 +85,12 @@ def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None
     if candidate not in CANDIDATES:
         raise ValueError(f"probe: unknown candidate {candidate!r}; use one of {', '.join(CANDIDATES)}")
     timeout = TIMEOUT if timeout is None else timeout
-    key = json.dumps([machine, candidate, tool, _file_stamp(tool)])
+    try:  # the tool's size and time: one replaced in place is probed again
+        stat = os.stat(tool)
+        stamp = f"{stat.st_size}:{int(stat.st_mtime)}"
+    except OSError:
+        stamp = "missing"
+    key = json.dumps([machine, candidate, tool, stamp])
     kept = _read_cache().get(key)
     if kept:
         return Outcome(**{**kept, "cached": True})
@@ -114,17 +110,13 @@ def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None
         ok = code == 0 and bool(result)
         detail = result[-1].removeprefix(MARKER + "ok ") if ok else first_error(output)
     outcome = Outcome(candidate, ok, detail, seconds)
-    _write_cache(key, outcome)
-    return outcome
-
-
-def _file_stamp(tool: str) -> str:
-    """The tool's size and time: one replaced in place is probed again."""
     try:
-        stat = os.stat(tool)
-    except OSError:
-        return "missing"
-    return f"{stat.st_size}:{int(stat.st_mtime)}"
+        cache_file().parent.mkdir(parents=True, exist_ok=True)
+        cache_file().write_text(json.dumps({**_read_cache(), key: dataclasses.asdict(outcome)}, indent=1),
+                                encoding="utf-8")
+    except OSError:  # a read-only home only costs a probe next time
+        pass
+    return outcome
 
 
 def _profile_one_kernel() -> str:

@@ -115,19 +115,14 @@ def records() -> list[SectionRecord]:
 _ROOT: dict[str, Path] = {}
 
 
-def workdir_root() -> Path:
-    """The folder that holds one work folder per notebook (absolute, fixed at first use)."""
-    if "root" not in _ROOT:
-        _ROOT["root"] = Path(os.environ.get(WORKDIR_VAR, "").strip() or DEFAULT_ROOT).expanduser().resolve()
-    return _ROOT["root"]
-
-
 def enter_workdir(notebook: str) -> Path:
     """Make ``<root>/<notebook>``, for every file the notebook writes, the working directory and first on
     ``sys.path``, with ``tempfile`` and child processes writing to its ``tmp/``; return it."""
     if not notebook or os.sep in notebook or notebook in (".", ".."):
         raise ValueError(f"work folder: {notebook!r} is not a notebook name such as '06_roofline'")
-    path = workdir_root() / notebook
+    if "root" not in _ROOT:  # the root is fixed at first use, absolute
+        _ROOT["root"] = Path(os.environ.get(WORKDIR_VAR, "").strip() or DEFAULT_ROOT).expanduser().resolve()
+    path = _ROOT["root"] / notebook
     tmp = path / "tmp"
     try:
         tmp.mkdir(parents=True, exist_ok=True)
