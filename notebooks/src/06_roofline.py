@@ -493,9 +493,8 @@ with nt.section("3. Transformer ops on the roofline") as s:
     ENV.require("profiler")
     lim, roofs = nt.needs(LIMITS, section="2"), nt.needs(ROOFS, section="1")
     ops = lim.drop(index=THREE).assign(instructions=lambda t: t["kernel names"].map(instructions))
-    print(RULES + "\n" + ops[["kernels", "time_us", "± us", "roof", "TFLOP/s", "formula MB", "measured MB", "AI formula",
-                              "AI measured", "ridge", "% of roof", "verdict", "MHz", "% of datasheet", "% at its clock",
-                              "instructions"]].to_string(float_format=fmt))
+    print(RULES + "\n" + ops.drop(columns=["kernel names", "SM %", "DRAM %", "GB/s", "formula side", "side", "against",
+                                            "counters"]).to_string(float_format=fmt))
     for region in (rk.MATH_FP32, rk.MATH_HALF):
         parts = by_operation(MEASURED, region, B * H * S * S, kernel_model(*CONFIG)[region][3], roofs)
         print(f"  {region}, op by op:\n" + parts.assign(kernels=parts.kernels.str.slice(0, 60)).to_string(float_format=fmt))
