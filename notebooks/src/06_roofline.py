@@ -215,6 +215,12 @@ def fmt(v: float) -> str:
 #   two roofs far apart would be a finding (checked); a few percent can be the kernel cuBLAS
 #   picked, or the clock the GPU held (its power depends on the data), not measured here.
 #
+# **A roof measured in one session is not a constant.** Run the notebook again and each roof
+# carries run-to-run variation of a few percent (notebook 03 §6 shows how to check two
+# batches of one kernel against each other). `VARIES` (set in the code above) is that
+# tolerance: no verdict below ranks two numbers closer than `VARIES` %, and a kernel within
+# `VARIES` % of its roof is **at the roof (within run-to-run variation)**, not "98 %" of it.
+#
 # This section asks for durations only, the one metric both backends give, so it does not
 # measure the clock: its % of datasheet is at whatever clock the GPU held.
 #
@@ -302,7 +308,10 @@ with nt.section("1. This GPU's roofs: datasheet and measured") as s:
 #    a kernel on the memory side that is the % of the **memory slope** (`B / W`), whichever
 #    precision it computes in. At `BOUND_AT` % or more (set in the code above) the kernel is
 #    *bound* by that roof; below it, **limited by neither** (latency, occupancy, a chain of
-#    small kernels) -- a verdict in its own right. An intensity within `RIDGE` of the ridge
+#    small kernels) -- a verdict in its own right. Within `VARIES` % of `BOUND_AT` the
+#    verdict says *bound or neither (within run-to-run variation)*, and within `VARIES` % of
+#    100 *at the roof (within run-to-run variation)*: another session's roofs could move it
+#    across either line. An intensity within `RIDGE` of the ridge
 #    is **on the ridge**: which side it falls can change from run to run, and the verdict
 #    says so instead of picking one.
 # 3. **The counters**: `sm__throughput.avg.pct_of_peak_sustained_elapsed` is the *busiest
@@ -331,14 +340,28 @@ with nt.section("1. This GPU's roofs: datasheet and measured") as s:
 # measures the kernels of both sections, two runs each: every run replays some fifty
 # kernels over gigabyte buffers (the section's seconds are mostly that), replayed with
 # flushed caches the counters barely vary from run to run, and two still give a (wide)
-# Student-t interval; section 1 measured the run-to-run spread. When an annotation
+# Student-t interval; section 1 measured the run-to-run spread.
+#
+# **Two sets of rules meet in "% of roof".** The kernels here are measured by Nsight
+# Compute (nsight-python's backend or the `ncu` command line): each replayed, its caches
+# flushed before every pass, clocks free. The roofs come from section 1, under whatever
+# backend setup activated -- under CUPTI: no replay, no flush, caches as warm as the work
+# before left them, clocks free. The cell prints both lines of rules, one under the other.
+# The consequence for a stream far larger than L2: a flushed cache changes at most one L2 of
+# its bytes (section 1 printed that share, and what a clean L2 did to `x * 2`). The cell
+# checks it where it can: `x * 2` here is the same kernel over the same buffer as section
+# 1's `y = x * 2`, so its rate under both rules must agree within `VARIES` %. The compute
+# roofs cannot be checked that way (section 1's matmuls are larger); a GEMM re-reads its
+# tiles from L2 either way, so a cold start is a sliver of its time. When an annotation
 # launches several kernels, `combine` folds them: times and bytes add up, percentages and
 # the clock are weighted by duration (nsight-python hands it two kernels' metric arrays in
 # the order of `metrics=[...]`). In that table kernel names are function names without
 # template arguments, but many still say a lot: cuBLAS's `sm80_xmma_gemm_f32f32_…_ffma…` is
-# an fp32 GEMM on CUDA cores written for sm80, cuDNN's `…sm90_flash_fprop_wgmma_f16…` an
-# fp16 attention on Hopper's `wgmma`, while PyTorch's `vectorized_elementwise_kernel` says
-# nothing of its dtype. The notebook takes each row's precision from the inputs' dtypes
+# an fp32 GEMM on CUDA cores written for sm80, a name like cuDNN's
+# `…sm90_flash_fprop_wgmma_f16…` shows an fp16 attention on `wgmma` (Hopper's warpgroup
+# matrix instructions) because `wgmma` is in it, a T4's `turing_fp16_s1688gemm…` a Turing
+# tensor-core GEMM, while PyTorch's `vectorized_elementwise_kernel` says nothing of its
+# dtype. The notebook takes each row's precision from the inputs' dtypes
 # (names vary by library and version) and reads the names for the instructions (section 3).
 
 # %%
@@ -463,9 +486,26 @@ with nt.section("2. Limited by what? Three kernels, three ways") as s:
 # Then **flash vs math kept in 16 bit is fusion at one precision**, and flash vs math upcast
 # to fp32 changes **precision + fusion** at once. One more difference can hide in there:
 # PyTorch's flash backend is FlashAttention-2 (`flash_fwd_kernel`, written for sm80's
-# `mma.sync` instructions), while cuBLAS runs the math path's 16-bit GEMMs with the newest
-# instructions the GPU has (Hopper's `wgmma`: `nvjet_sm90…`). The cell reads the
-# instructions from the kernel names and names the difference where it finds one.
+# `mma.sync` instructions), while cuBLAS may run the math path's 16-bit GEMMs with kernels
+# built for a newer architecture. The `instructions` column is only what the kernel names
+# say: the words `wgmma`, `hmma`, `ffma`, `s1688`, `s16816`, `flash_fwd`, an architecture
+# (`sm90`, `turing`, ...) -- e.g. `nvjet_sm90…` says sm90 and nothing of its instructions,
+# so the cell does not claim `wgmma` for it; a name with `…wgmma…` in it does. Where two
+# rows' names differ, the comparison names the difference.
+#
+# **A region of several kernels is bound kernel by kernel.** Each kernel of the math path
+# is bound on its own: the GEMMs by their roof, the softmax's passes by the memory slope.
+# The time the roofline allows the region is then the *sum* of `max(F_i / P_i, B_i / W)`
+# over its parts, not `max(F / P, B / W)` of its totals -- one point for the whole region
+# mixes a compute-bound GEMM with a memory-bound softmax and lands far below both roofs. The
+# op-by-op run gives each operation's time and measured bytes; its FLOPs are the formula's,
+# attributed by operation: `2·b·h·s²·dh` to each `bmm` (against the region's GEMM roof), the
+# softmax's `5·b·h·s²` to `_safe_softmax` (fp32, CUDA cores), none to the casts and scalings.
+# The region's "% of roof" is that sum over its measured time, and its verdict says
+# **op by op**. An operation that launches several kernels (the safe softmax: five) is
+# summed as one; kernel by kernel could allow at most its smaller term more, and the cell
+# checks that this is under `VARIES` % of the region's time. A region of several kernels
+# without an op-by-op run (the `kernels` column says how many) is still one point.
 #
 # **Bytes, both ways**: measured bytes may fall *below* the formula by up to one L2 per
 # kernel (under Nsight Compute each kernel starts with a clean L2, and writes still held in
@@ -529,7 +569,9 @@ with nt.section("3. Transformer ops on the roofline") as s:
 # section 1, one per precision; dashed lines the datasheet's. Each kernel of sections 2 and
 # 3 is a numbered dot at its *measured* intensity (the legend names it), in the colour of
 # the roof it is judged against; a hollow ring on the same height marks the formula's
-# intensity. The check: no kernel beats the hardware -- its FLOP/s stay below the peak at
+# intensity. A region of several kernels is one dot for its *sums* (all its FLOPs over all
+# its bytes, at its total time; the legend says how many kernels): its height is not what
+# section 3 judges it by, which is op by op. The check: no kernel beats the hardware -- its FLOP/s stay below the peak at
 # the clock it ran at, its bytes per second below the clock-derived DRAM peak.
 
 # %%
