@@ -219,7 +219,7 @@ def fmt(v: float) -> str:
 # carries run-to-run variation of a few percent (notebook 03 §6 shows how to check two
 # batches of one kernel against each other). `VARIES` (set in the code above) is that
 # tolerance: no verdict below ranks two numbers closer than `VARIES` %, and a kernel within
-# `VARIES` % of its roof is **at the roof (within run-to-run variation)**, not "98 %" of it.
+# `VARIES` % of its roof is **at the roof (within run-to-run variation)**, not ranked below it.
 #
 # This section asks for durations only, the one metric both backends give, so it does not
 # measure the clock: its % of datasheet is at whatever clock the GPU held.
