@@ -302,12 +302,15 @@ def test_compare_spread_finds_the_wider_flushed_runs_and_the_claim_holds(nb, cap
     assert table.verdict[SMALL_N] == "flushed spread larger"
     assert table.verdict[LARGE_N] == "not distinguishable"
     assert table.loc[SMALL_N, "RSD flushed %"] > table.loc[SMALL_N, "RSD warm %"]
-    assert "flushed spread larger" in nb.check_spread(raw_runs(1, WIDER_FLUSHED), SMALL_N)
-    assert "check: flushing did not make the runs" in capsys.readouterr().out
+    said = nb.check_spread(raw_runs(1, WIDER_FLUSHED), SMALL_N)
+    assert re.search(rf"n={SMALL_N:,} flushed \d+\.\d\dx warm \(wider\), distinguishable after Holm", said), said
+    assert re.search(rf"n={LARGE_N:,} flushed \d\.\d\dx warm \((wider|narrower)\), not distinguishable after Holm",
+                     said), said
+    assert "check: fits in L2: the flushed runs spread no narrower" in capsys.readouterr().out
 
 
 def test_the_spread_claim_fails_when_flushing_makes_the_runs_agree_more_closely(nb):
-    with pytest.raises(sections.ClaimFailed, match="flushing did not make the runs"):
+    with pytest.raises(sections.ClaimFailed, match="the flushed runs spread no narrower"):
         nb.check_spread(raw_runs(2, NARROWER_FLUSHED), SMALL_N)
 
 

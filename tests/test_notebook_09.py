@@ -31,7 +31,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from notebook_code import fixture, functions, import_module, module_source
+from notebook_code import fixture, functions, import_module, module_source, source
 from scipy import stats
 
 import nspy_tutorial as nt
@@ -505,3 +505,34 @@ def test_the_fixed_overhead_is_the_precise_rows_cost_not_the_noisy_ones():
     cost, fits = ANALYSIS.fixed_overhead(d, pd.Series({"short": 0.2, "long": 60.0}), pd.Series({"short": 1, "long": 1}),
                                          pd.Series({"short": 0.01, "long": 10.0}))
     assert cost == pytest.approx(1.0, abs=0.01) and fits.all()
+
+
+# --- section 6: what the cell says after torch.profiler ran beside nsight's CUPTI ---------------------
+
+def section_6(found: dict, capsys) -> tuple[str, str]:
+    """Section 6's cell on a SYNTHETIC result of profiler_beside_cupti: (what it printed, its result line)."""
+    text = source(STEM)
+    after = text[text.index("# ## 6. `torch.profiler`"):]
+    code = re.search(r"^# %%\n(.*?)(?=^# %%)", after, flags=re.M | re.S).group(1)
+    claims, result = [], SimpleNamespace(result=None)
+
+    @contextlib.contextmanager
+    def section(name):
+        yield result
+
+    notebook = SimpleNamespace(section=section, claim=lambda ok, what, evidence="": claims.append((ok, what)))
+    ns = dict(nt=notebook, ENV=SimpleNamespace(require=lambda *a, **k: None, backend="cupti"), PLAIN={"cuda_events": 10},
+              ck=SimpleNamespace(profiler_beside_cupti=lambda: found), ONE_LIBCUPTI=True)
+    exec(compile(code, "section 6", "exec"), ns)  # noqa: S102
+    assert all(ok for ok, _ in claims), claims
+    return capsys.readouterr().out, result.result
+
+
+def test_section_6_calls_nsight_blind_after_torch_profiler_not_a_region_without_a_kernel(capsys):
+    error = "no row for ['add'] (nsight-python gave a table without them): no kernel there? A memcpy is not one"
+    printed, result = section_6({"cuda_events": 0, "nsight_after": error}, capsys)
+    assert "then nsight-python on x + x (one kernel): no kernel record, blind too" in printed
+    assert "memcpy" not in printed and "memcpy" not in result  # x + x launches a kernel: the hint does not apply
+    assert result.endswith("then nsight: no kernel record, blind too (restart to profile again)")
+    printed, result = section_6({"cuda_events": 0, "nsight_after": None}, capsys)
+    assert result.endswith("then nsight: a row, as before") and "blind" not in printed
