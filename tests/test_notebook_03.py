@@ -184,6 +184,26 @@ def test_section_5_runs_on_quantised_runs_and_its_claims_hold(nb, capsys, off_gr
     assert re.search(r"dropped: run 0 \+2\d%", nt.result)  # run 0 is the only outlier
 
 
+def test_section_5_sees_no_step_in_runs_a_fine_timer_measured_and_adds_no_floor(nb, capsys):
+    """Durations read to the nanosecond (no quantum): no step is claimed, nothing fails, no rounding floor."""
+    rng = np.random.default_rng(7)
+    label = functions(STEM, "label").label
+    sizes = [1 << 14, 1 << 24]
+    kernels = [("vector add", sizes[0], 1010, 30), ("vector add", sizes[1], 52_000, 400), ("matmul", 2048, 340_000, 900)]
+
+    def frame(n_runs, rows):
+        return pd.DataFrame([{"Annotation": a, "n": n, "kernel": label(a, n), "Value": float(np.round(value))}
+                             for a, n, mean, sd in rows for value in mean + rng.normal(0, sd, n_runs)])
+
+    nt = Notebook()
+    namespace = dict(np=np, pd=pd, math=math, nt=nt, ENV=SimpleNamespace(require=lambda what: None, backend="cupti"),
+                     RAW=frame(20, kernels), RAW100=frame(100, kernels[:2]), SIZES=sizes, TARGET=1.0, label=label,
+                     t95=nb.t95, ci_halfwidth_pct=nb.ci_halfwidth_pct)
+    exec(compile(cell("# ## 5. How many runs"), "section 5", "exec"), namespace)
+    assert "no timer step shows in these runs" in capsys.readouterr().out
+    assert namespace["step"] == 0.0 and all(ok for ok, _, _ in nt.claims) and len(nt.claims) == 2, nt.claims
+
+
 # --- section 6: a second batch of the same kernel -----------------------------------------------
 #
 # The data below are SYNTHETIC (not measured): batches shaped as the H200 timed the vector adds --

@@ -137,6 +137,8 @@ class Notebook:
     def rules(source):
         return f"measured by {source}"
 
+    needs = staticmethod(sections.needs)
+
 
 def cell(heading: str) -> str:
     """The code cell that follows the markdown cell starting with ``heading``."""
@@ -300,6 +302,12 @@ def test_section_6_takes_the_larger_of_the_stated_tolerance_and_section_4s_drift
     """A 5.7 % fall is a fall against 2 %; if section 4's separate call moved a kernel by 6 %, it is not."""
     tables = {n: table({k: v for k, v in FALL.items() if k[1] == n}, proxy=PROXY) for n in (4096, 8192)}
     assert "fp16 within run-to-run variation (-5.7%" in run_section_6("cupti", tables, drift=6.0).result
+
+
+def test_section_6_without_section_4s_drift_is_skipped_naming_section_4():
+    tables = {n: table({k: v for k, v in FALL.items() if k[1] == n}, proxy=PROXY) for n in (4096, 8192)}
+    with pytest.raises(sections.Skip, match="needs section 4's result"):
+        run_section_6("cupti", tables, drift=None)
 
 
 def test_section_6_claim_fails_when_a_kernel_beats_the_peak_at_its_clock():

@@ -641,7 +641,7 @@ def test_every_section_runs_to_ok_through_either_branch(tmp_path, monkeypatch, c
     assert "datasheet fp16: 989.4 TFLOP/s = 132 SMs x 4,096 FLOP per clock x 1,830 MHz" in out
     assert "fusion alone (and flash_fwd for sm90)" in out  # FlashAttention-2 against GEMMs whose names say sm90
     assert "wgmma" not in out.split("3. Transformer")[1].split("op by op:")[0].split("PyTorch's default")[0]  # not named
-    assert re.search(r"attention, math \(kept in 16 bit\), op by op:\n.*\n.*\n01 mul", out)
+    assert re.search(r"attention, math \(kept in 16 bit\), op by op \(kernel by kernel[^\n]*\n.*\n.*\n01 mul", out)
 
 
 def test_the_sizes_print_the_real_ratio_to_the_l2_when_free_memory_caps_them(tmp_path, monkeypatch, capsys, rk):
@@ -795,3 +795,14 @@ def test_near_the_roof_or_the_bound_line_a_verdict_says_within_run_to_run_variat
         roofs = dict(H200_ROOFS, fp16=model["fp16 matmul"][0] / t / (pct / 100) / 1e12)
         verdict = nb.place(table, model, roofs).loc["fp16 matmul", "verdict"]
         assert (says in verdict) if says else verdict == "compute-bound", (pct, verdict)
+
+
+def test_a_kernel_well_above_its_measured_roof_is_called_above_it_not_at_it(nb):
+    """A kernel faster than its measured roof by more than VARIES (e.g. a boost-clock GEMM against a roof measured
+    throttled) is a finding the verdict names, not 'at the roof'."""
+    call, table = kept()
+    model, varies = nb.kernel_model(*call["configs"][0]), constant("VARIES")
+    t = nb.place(table, model, H200_ROOFS).loc["fp16 matmul", "time_us"] * 1e-6
+    roofs = dict(H200_ROOFS, fp16=model["fp16 matmul"][0] / t / ((100 + 2 * varies) / 100) / 1e12)
+    verdict = nb.place(table, model, roofs).loc["fp16 matmul", "verdict"]
+    assert "above its measured roof" in verdict and "at the roof" not in verdict, verdict

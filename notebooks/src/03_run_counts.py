@@ -257,7 +257,10 @@ with nt.section("4. CI width against the number of runs") as s:
 #   rounding to a step adds by itself. The step is read from the data: durations within
 #   two nanoseconds of each other count as one reading (converting the GPU's clock ticks to
 #   nanoseconds moves some by one), and the step is the commonest gap between neighbouring
-#   readings -- not the smallest, which that rounding shrinks by a nanosecond or two.
+#   readings -- not the smallest, which that rounding shrinks by a nanosecond or two. A
+#   step counts only if it is several nanoseconds wide and puts nine in ten of the short
+#   kernel's runs on one grid; then the cell checks that it puts them all there. A timer
+#   finer than that shows no step: the cell says so and adds no floor.
 #
 # The table gives both RSDs with the mean, median and minimum. Where they disagree,
 # report the median (or the mean without the dropped runs, saying so) rather than buy
@@ -315,12 +318,18 @@ with nt.section("5. Runs needed for a target precision") as s:
     series += [(f"{label('vector add', n)} x100", RAW100[RAW100.n == n].Value.to_numpy(dtype=float)) for n in SIZES]
     step = timer_step(np.concatenate([v for _, v in series]))
     print(nt.rules(ENV.backend))
-    print(f"  timer step in these runs: {step:.0f} ns; rounding to it adds a spread of {step / math.sqrt(12):.1f} ns")
     name, v = series[0]  # the short kernel: the step must put each of its runs on one grid
     d = v - pd.Series(v).mode().iloc[0]
-    off = np.abs(d - step * np.round(d / step)) if step else np.zeros(1)
-    nt.claim(off.max() <= 2, f"{name}: every run is its commonest value plus a whole number of {step:.0f} ns "
-             "steps (within 2 ns)", f"farthest off that grid by {off.max():.0f} ns")
+    off = np.abs(d - step * np.round(d / step)) if step else d
+    tol = np.minimum(2 + 0.5 * np.abs(np.round(d / step)), step / 4) if step else 0  # the step is read to the ns
+    if step >= 8 and (off <= tol).mean() >= 0.9:  # a grid shows: nine runs in ten within a quarter step of it
+        print(f"  timer step in these runs: {step:.0f} ns; rounding to it adds a spread of {step / math.sqrt(12):.1f} ns")
+        nt.claim((off <= tol).all(), f"{name}: every run is its commonest value plus a whole number of {step:.0f} ns "
+                 "steps (within 2 ns plus 0.5 ns per step, at most a quarter step)", f"farthest off by {off.max():.0f} ns")
+    else:
+        print(f"  no timer step shows in these runs (the step read, {step:.0f} ns, puts under 90 % of {name}'s runs "
+              "on one grid): durations are read as continuous, and no rounding spread is added")
+        step = 0.0
     rows = []
     for name, v in series:
         (keep, spread), med = robust_spread(v, step), np.median(v)
