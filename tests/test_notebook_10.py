@@ -319,7 +319,7 @@ def verdicts(run: str) -> dict:
     return {"derived rows": sorted(table[table.Metric == "gb_per_s"].Unit.unique()),
             "metrics used": list(answers["metric used"]), "tensor cores busy > 20 %": bool(busy.value.max() > 20),
             "HMMA counters include wgmma": NB.hmma_counts_wgmma(found),
-            "below the rated clock": None if clocks is None else clocks[0] < clocks[1]}
+            "below the rated clock": None if clocks is None else bool(clocks[0] < clocks[1])}
 
 
 def test_sections_1_and_2b_give_the_same_verdicts_on_two_separate_gpu_runs():
