@@ -195,7 +195,7 @@ def one_call_per_size(bench, sizes: list[int]) -> pd.DataFrame:
     return pd.concat([rows_of(bench(configs=[n])) for n in sizes], ignore_index=True)
 
 
-RUNS = 5
+RUNS, DRIFT = 5, None  # DRIFT: how far section 4's second call moved the same kernels (section 6 reads it)
 sweep_tflops = nsight.analyze.kernel(runs=RUNS, derive_metric=tflops, thermal_mode="off", verbosity=SILENT,
                                      combine_kernel_metrics=add, info_collectors=[nvml_mhz_at_entry])(sweep)
 
@@ -481,7 +481,7 @@ with nt.section("6. The clock beside the largest sizes") as s:
     CLOCK = beside_the_clock(table, {p: (sheet.peak_tflops(p).value, sheet.peak_clock_mhz(p)) for p in PRECISIONS}
                              if sheet else {})
     print(CLOCK.drop(columns=["sd", "runs"]).to_string(index=False, float_format="{:,.1f}".format))
-    tol = max(RUN_TO_RUN_PCT, DRIFT := nt.needs(globals().get("DRIFT"), section="4"))  # section 4 against 2
+    tol = max(RUN_TO_RUN_PCT, nt.needs(DRIFT, section="4"))  # section 4's drift against section 2
     CHANGE = rate_change(CLOCK, small, large, tol)
     print(f"\n  from n={small} to n={large} (p Holm-adjusted over {len(CHANGE)} precisions; a change counts beyond "
           f"{tol:.1f}%: RUN_TO_RUN_PCT {RUN_TO_RUN_PCT:g}%, section 2 vs 4 moved up to {DRIFT:.1f}%):")
