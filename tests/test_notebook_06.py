@@ -37,8 +37,9 @@ TIME, DRAM_BYTES, CLOCK = "gpu__time_duration.sum", "dram__bytes.sum", "gpc__cyc
 SM_PCT, DRAM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed", "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 METRICS = [TIME, SM_PCT, DRAM_PCT, DRAM_BYTES, CLOCK]
 H200_L2 = 60 * 2**20
-# Roofs as section 1 measures them on an H200, with its datasheet peaks taken apart (132 SMs, 1,980 MHz).
-H200_ROOFS = {"memory": 4450.0, "fp16": 777.0, "bf16": 807.0, "fp32": 58.0, "clock memory": 4917.0,
+# Roofs as section 1 measured them in a strict H200 run (the series of 2026-12-03), with its datasheet peaks taken
+# apart (132 SMs, 1,980 MHz).
+H200_ROOFS = {"memory": 4483.0, "fp16": 769.0, "bf16": 800.0, "fp32": 51.1, "clock memory": 4917.0,
               "datasheet": {"fp16": 989.4, "bf16": 989.4, "fp32": 67.0},
               "apart": {"fp16": (4096, 1830.0), "bf16": (4096, 1830.0), "fp32": (256, 1982.8)},
               "per MHz": {"fp16": 132 * 4096 / 1e6, "bf16": 132 * 4096 / 1e6, "fp32": 132 * 256 / 1e6}}
@@ -68,7 +69,7 @@ def nb(rk):
     return functions(STEM, "combine", "kernel_model", "place", "roof_table", "fmt", "taken_apart", "by_operation",
                      "instructions", np=np, pd=pd, stats=stats, rk=rk, TIME=TIME, DRAM_BYTES=DRAM_BYTES, CLOCK=CLOCK,
                      SM_PCT=SM_PCT, DRAM_PCT=DRAM_PCT, METRICS=METRICS, ISA=constant("ISA"),
-                     **{k: constant(k) for k in ("BOUND_AT", "NEAR", "RIDGE", "VARIES")})
+                     **{k: constant(k) for k in ("BOUND_AT", "NEAR", "RIDGE", "RUN_TO_RUN_PCT")})
 
 
 def kept(run: str = "run1"):
@@ -295,7 +296,7 @@ def test_the_op_by_op_rows_add_up_to_their_region(nb, rk):
 def test_verdicts_follow_from_the_side_of_the_ridge_and_the_share_of_the_roof(nb):
     call, table = kept()
     placed = nb.place(table, nb.kernel_model(*call["configs"][0]), H200_ROOFS)
-    bound_at, near, ridge, varies = constant("BOUND_AT"), constant("NEAR"), constant("RIDGE"), constant("VARIES")
+    bound_at, near, ridge, varies = constant("BOUND_AT"), constant("NEAR"), constant("RIDGE"), constant("RUN_TO_RUN_PCT")
     for name, r in placed.iterrows():
         side = "compute" if r["AI measured"] > r.ridge else "memory"
         split = r.against == "its ops' roofs"
@@ -708,7 +709,7 @@ def test_an_intensity_within_the_ridge_band_is_on_the_ridge_not_on_a_side(nb):
     config = (4096, 251658240, 245760, 4, 16, 2048, 128, "bf16", "FLASH_ATTENTION")
     model = nb.kernel_model(*config)
     ai = model["attention softmax"][0] / 1054.0e6  # the softmax's measured intensity (limits_table: 1,054 MB)
-    roofs = dict(H200_ROOFS, fp32=1e-3 * 4450 * ai)  # a fp32 roof whose ridge is the attention softmax's AI
+    roofs = dict(H200_ROOFS, fp32=1e-3 * H200_ROOFS["memory"] * ai)  # a fp32 roof whose ridge is the attention softmax's AI
     placed = nb.place(limits_table(), model, roofs)
     assert placed.loc["attention softmax", "verdict"] == "neither (on the ridge)"
     assert "op by op" in placed.loc["attention, math (upcast to fp32)", "verdict"]  # a sum has no one side
@@ -787,7 +788,7 @@ def test_a_region_of_several_kernels_is_bound_op_by_op_and_both_kept_runs_agree(
 
 def test_near_the_roof_or_the_bound_line_a_verdict_says_within_run_to_run_variation(nb):
     call, table = kept()
-    model, varies, bound_at = nb.kernel_model(*call["configs"][0]), constant("VARIES"), constant("BOUND_AT")
+    model, varies, bound_at = nb.kernel_model(*call["configs"][0]), constant("RUN_TO_RUN_PCT"), constant("BOUND_AT")
     placed = nb.place(table, model, H200_ROOFS)
     t = placed.loc["fp16 matmul", "time_us"] * 1e-6
     for pct, says in ((100 - varies / 2, "at the roof (within run-to-run variation)"), (bound_at + varies / 2,
@@ -798,10 +799,10 @@ def test_near_the_roof_or_the_bound_line_a_verdict_says_within_run_to_run_variat
 
 
 def test_a_kernel_well_above_its_measured_roof_is_called_above_it_not_at_it(nb):
-    """A kernel faster than its measured roof by more than VARIES (e.g. a boost-clock GEMM against a roof measured
+    """A kernel faster than its measured roof by more than RUN_TO_RUN_PCT (e.g. a boost-clock GEMM against a roof measured
     throttled) is a finding the verdict names, not 'at the roof'."""
     call, table = kept()
-    model, varies = nb.kernel_model(*call["configs"][0]), constant("VARIES")
+    model, varies = nb.kernel_model(*call["configs"][0]), constant("RUN_TO_RUN_PCT")
     t = nb.place(table, model, H200_ROOFS).loc["fp16 matmul", "time_us"] * 1e-6
     roofs = dict(H200_ROOFS, fp16=model["fp16 matmul"][0] / t / ((100 + 2 * varies) / 100) / 1e12)
     verdict = nb.place(table, model, roofs).loc["fp16 matmul", "verdict"]

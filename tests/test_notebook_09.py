@@ -135,6 +135,10 @@ class Result:
         return self.df
 
 
+NSIGHT_CODE = {"__name__": "nsight.extraction"}  # a function compiled here counts as raised in nsight-python's code
+exec("def refuse(message):\n    raise RuntimeError(message)\n", NSIGHT_CODE)
+
+
 class FakeNsight:
     """``nsight.analyze.kernel`` as nsight-python ``version`` behaves under CUPTI, for the module's functions.
 
@@ -157,7 +161,7 @@ class FakeNsight:
                     return Result(pd.DataFrame({"Annotation": ["x * 2"] * 2, "MinValue": [1000.0, 2500.0]}))
                 if args[1] == "copy" or self.blind:
                     if self.version == "1.1.1":
-                        raise RuntimeError("no kernel launch could be attributed to any annotation (fake 1.1.1)")
+                        NSIGHT_CODE["refuse"]("no kernel launch could be attributed to any annotation (fake 1.1.1)")
                     return Result(pd.DataFrame(columns=["Annotation", "AvgValue"]))
                 return Result(pd.DataFrame({"Annotation": [args[1]], "AvgValue": [1.0]}))
             return call
@@ -182,13 +186,23 @@ def fake_gpu(kernels, monkeypatch):
 def test_measured_names_an_annotation_without_rows_whether_nsight_returns_an_empty_table_or_raises(kernels, version):
     def nothing():  # what nsight-python `version` does when no kernel ran in the annotation
         if version == "1.1.1":
-            raise RuntimeError("No kernels were profiled")
+            NSIGHT_CODE["refuse"]("No kernels were profiled")
         return Result(pd.DataFrame(columns=["Annotation", "AvgValue"]))
-    message = kernels.raised(lambda: kernels.measured(nothing, ["copy"]), RuntimeError)
+    message = kernels.raised(lambda: kernels.measured(nothing, ["copy"]), LookupError)
     assert "['copy']" in message and "memcpy" in message
     assert ("No kernels were profiled" in message) == (version == "1.1.1")  # nsight's own words travel with it
     df = pd.DataFrame({"Annotation": ["copy"], "AvgValue": [1.0]})
-    assert kernels.measured(lambda: Result(df), ["copy"]) is df and kernels.raised(lambda: None, RuntimeError) is None
+    assert kernels.measured(lambda: Result(df), ["copy"]) is df and kernels.raised(lambda: None, LookupError) is None
+
+
+def test_measured_lets_a_runtime_error_raised_outside_nsight_through_not_called_no_row(kernels):
+    """A CUDA error (torch raises it as a RuntimeError) is not nsight saying 'no kernel': section 6 must not call
+    it blindness."""
+    def cuda_error():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        kernels.measured(cuda_error, ["add"])
+    assert kernels.raised(lambda: None, LookupError) is None
 
 
 def test_measured_lets_an_error_that_is_not_a_runtime_error_through(kernels):
