@@ -324,7 +324,8 @@ def test_batches_one_step_apart_differ_by_about_one_timer_step_beyond_the_plan()
 def test_section_6_reports_a_one_step_shift_as_a_difference_set_against_the_plan():
     raw, raw100 = session(3, shifts={20: 0.0, 100: -32.0})
     claims, results, ns, printed = run_cells(raw, raw100, "# ## 6. A second batch", step=32.0)
-    assert [ok for ok, _, _ in claims] == [True], claims  # one step of a ~1 us kernel is coarser than 1 %
+    assert claims == [], claims  # section 6 prints; its verdicts are the point
+    assert "one timer step is 3.1% of its median, coarser than the +/-1% the plan aimed at" in printed
     assert re.search(r"vector add n=16,384: differ by about one timer step \(p_holm [\d.e-]+; means -3\.\d% apart",
                      results[0]), results[0]
     assert results[0].endswith("the timer cannot size a shift finer than one step (32 ns)")
@@ -340,11 +341,12 @@ def test_section_6_says_agree_only_for_batches_it_cannot_tell_apart():
     assert all(ok for ok, _, _ in claims) and "cannot size" not in results[0], results[0]
 
 
-def test_section_6_claim_fails_when_one_timer_step_is_finer_than_the_target():
-    """A 'short' kernel of 5 us on a 32 ns timer: one step is 0.6 %, finer than the +/-1 % plan."""
+def test_section_6_says_when_one_timer_step_is_finer_than_the_target_instead_of_failing():
+    """A 'short' kernel of 5 us on a 32 ns timer (a slower GPU): one step is 0.6 %, finer than the +/-1 % plan --
+    a fact of that GPU, printed; the section does not fail on it."""
     raw, raw100 = session(3, kernels={SIZES[0]: (5000.0, 3.0, 10.0), SIZES[1]: KERNELS[SIZES[1]]})
-    claims, _, _, _ = run_cells(raw, raw100, "# ## 6. A second batch", step=32.0)
-    assert len(claims) == 1 and not claims[0][0], claims
+    claims, _, _, printed = run_cells(raw, raw100, "# ## 6. A second batch", step=32.0)
+    assert claims == [] and "one timer step is 0.6% of its median, within the +/-1% the plan aimed at" in printed
 
 
 def test_section_6_where_no_step_shows_makes_no_step_claim_and_sizes_nothing_in_steps():

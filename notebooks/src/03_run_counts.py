@@ -384,10 +384,10 @@ with nt.section("5. Runs needed for a target precision") as s:
 # number of steps, and when most runs sit on one reading the mean moves in whole steps
 # too, so the timer sizes a shift to about one step, no finer. Hence the verdict: "not
 # distinguishable" (only then do the batches agree), or "differ by about N timer steps",
-# N from the medians' gap. For a microsecond kernel one step is a few percent of its time,
-# coarser than the ±1 % the plan aimed at; where section 5 found a step, the cell checks
-# that for the short kernel. So a within-batch ±1 % interval says nothing about where the
-# next session lands, and the timer cannot size that shift to the plan's precision. The
+# N from the medians' gap. For a microsecond kernel one step can be a few percent of its
+# time, coarser than the ±1 % the plan aimed at; where section 5 found a step, the cell
+# says which it is for the short kernel. Either way a within-batch ±1 % interval says
+# nothing about where the next session lands. The
 # cell sets each shift against the first batch's own interval and the ±1 % target. A
 # shift comes from the session (clock, temperature, other work on the GPU): a number that
 # must hold from session to session needs several batches, and the spread between them.
@@ -457,10 +457,11 @@ with nt.section("6. A second batch: do two sessions agree?") as s:
               f"plan aimed at, {'beyond' if size > r['CI95_20_+/-%'] else 'within'} the first batch's own "
               f"+/-{r['CI95_20_+/-%']:.2f}%")
     small = table.loc[label("vector add", SIZES[0])]
-    if step:
-        nt.claim(small["step_%_of_median"] > TARGET, f"{small.name}: one timer step is coarser than the +/-{TARGET:g}% "
-                 "the plan aimed at: the timer cannot size a shift between its batches to the plan's precision",
-                 f"one step = {small['step_%_of_median']:.1f}% of its median")
+    if step:  # a fact of this GPU's timer and this kernel's length, printed: not a claim the lesson depends on
+        coarse = small["step_%_of_median"] > TARGET
+        print(f"  {small.name}: one timer step is {small['step_%_of_median']:.1f}% of its median, " + (
+              f"coarser than the +/-{TARGET:g}% the plan aimed at: the timer cannot size a shift between its batches "
+              "to the plan's precision" if coarse else f"within the +/-{TARGET:g}% the plan aimed at"))
     differ = step and (table.verdict != "not distinguishable").any()
     resolution = f"; the timer cannot size a shift finer than one step ({step:.0f} ns)" if differ else ""
     s.result = "; ".join(f"{k}: {r.verdict} (p_holm {r.p_holm:.2g}; means {r['shift_%']:+.1f}% apart, medians "
@@ -483,9 +484,10 @@ with nt.section("6. A second batch: do two sessions agree?") as s:
 #   t, as in section 6), not by single averages and not by whether their two intervals
 #   overlap: two 95 % intervals can overlap while the difference is significant at 5 %.
 # - An interval describes its batch: a ±1 % interval from one batch accounts for the
-#   scatter of its runs, not for a shift to the next session's batch. Before trusting a number across sessions, measure a
-#   second batch and test the difference. Size a shift no finer than one timer step -- for
-#   a short kernel that step can be coarser than the target its plan met within one batch.
+#   scatter of its runs, not for a shift to the next session's batch. Before trusting a
+#   number across sessions, measure a second batch and test the difference. Size a shift
+#   no finer than one timer step -- for a short kernel that step can be coarser than the
+#   target its plan met within one batch.
 #
 # ## Try it
 #
