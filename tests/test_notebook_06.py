@@ -67,7 +67,7 @@ def rk(tmp_path_factory):
 def nb(rk):
     """The notebook's analysis functions, with the globals its cells give them."""
     return functions(STEM, "combine", "kernel_model", "place", "roof_table", "fmt", "taken_apart", "by_operation",
-                     "instructions", np=np, pd=pd, stats=stats, rk=rk, TIME=TIME, DRAM_BYTES=DRAM_BYTES, CLOCK=CLOCK,
+                     "instructions", "unlike_its_roof", "beside_top", np=np, pd=pd, stats=stats, rk=rk, TIME=TIME, DRAM_BYTES=DRAM_BYTES, CLOCK=CLOCK,
                      SM_PCT=SM_PCT, DRAM_PCT=DRAM_PCT, METRICS=METRICS, ISA=constant("ISA"),
                      **{k: constant(k) for k in ("BOUND_AT", "NEAR", "RIDGE", "RUN_TO_RUN_PCT")})
 
@@ -176,13 +176,15 @@ def on_cpu(rk, monkeypatch):
     return opened
 
 
-def test_the_matmuls_of_section_1_run_in_an_order_that_alternates_from_run_to_run(rk, on_cpu):
+def test_the_matmuls_of_section_1_run_in_an_order_that_rotates_from_run_to_run(rk, on_cpu):
     orders = []
-    for _ in range(4):
+    for _ in range(6):
         on_cpu.clear()
         rk.roofs(64, 16, 1024, "bf16,fp16,fp32")
         orders.append([name.split()[0] for name in on_cpu if name.endswith(" matmul")])
-    assert orders == [["bf16", "fp16", "fp32"], ["fp32", "fp16", "bf16"]] * 2
+    assert orders == [["bf16", "fp16", "fp32"], ["fp16", "fp32", "bf16"], ["fp32", "bf16", "fp16"]] * 2
+    for p in ("bf16", "fp16", "fp32"):  # each precision first, in the middle and last equally often: none always first
+        assert [order.index(p) for order in orders].count(0) == 2 and len({order.index(p) for order in orders}) == 3
     assert on_cpu[:5] == ["y = x * 2", rk.CLEAN, "x.sum()", "y = x + w", "y = addcmul(x, w, v)"]
 
 
@@ -377,6 +379,37 @@ def test_taken_apart_finds_the_flop_per_clock_and_the_clock_a_datasheet_peak_ass
     assert (per_clock, round(mhz)) == expected
 
 
+@pytest.mark.parametrize("tflops, mhz, says", [
+    (989.4, 1830.0, "the highest clock: 1,980 MHz"),  # at or below the highest: nothing to explain
+    (67.0, 1982.8, "0.14 % above the highest clock, 1,980 MHz: the datasheet's 67 is rounded, by up to 0.75 %"),  # H200
+    (989.4, 1982.8, "0.14 % above the highest clock, 1,980 MHz: more than its rounding explains"),  # 989.4: rounded by at most 0.005 %
+    (70.0, 2071.6, "4.63 % above the highest clock, 1,980 MHz: more than its rounding explains"),
+])
+def test_a_clock_above_the_highest_is_named_and_put_beside_the_datasheets_rounding(nb, tflops, mhz, says):
+    assert nb.beside_top(tflops, mhz, 1980) == says
+
+
+def test_a_kernel_whose_names_differ_from_its_roofs_matmul_is_said_to_be_so_and_only_then(nb):
+    """FlashAttention-2 (sm80 mma.sync) against a bf16 roof a Hopper GEMM set: 'neither' may be its instructions'
+    ceiling. Read from the names in the reader's tables, so a T4 (no wgmma, other names) gets its own words."""
+    h200 = {"kernels": {"bf16 matmul": "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT",
+                        "fp32 matmul": "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_ffma_aligna4"}}
+    t4 = {"kernels": {"fp16 matmul": "turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn"}}
+
+    def row(kernels, roof, against):
+        return pd.Series({"instructions": nb.instructions(kernels), "roof": roof, "against": against})
+    flash = nb.unlike_its_roof(row("flash_fwd_kernel", "bf16", "its bf16 roof"), h200)
+    assert flash == (" (its names say flash_fwd; the names of the bf16 matmul that set the roof say sm90: other "
+                     "instructions can have a lower ceiling)")
+    assert nb.unlike_its_roof(row("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "bf16", "its bf16 roof"), h200) == ""
+    assert nb.unlike_its_roof(row("flash_fwd_kernel", "bf16", "the memory slope"), h200) == ""  # no GEMM roof: no note
+    assert nb.unlike_its_roof(row("flash_fwd_kernel", "bf16", "its ops' roofs"), h200) == ""  # op by op: each op's roof
+    assert nb.unlike_its_roof(row("turing_fp16_s1688gemm_fp16_256x128_ldg8_f2f_tn", "fp16", "its fp16 roof"), t4) == ""
+    t4_fused = nb.unlike_its_roof(row("fmha_cutlassF_f16_aligned_64x64_rf_sm75", "fp16", "its fp16 roof"), t4)
+    assert "say sm75; the names of the fp16 matmul that set the roof say turing, s1688" in t4_fused and "sm90" not in t4_fused
+    assert "not in the names" in nb.unlike_its_roof(row("flash_fwd_kernel", "fp16", "its fp16 roof"), h200)  # no fp16 roof
+
+
 @pytest.mark.parametrize("kernels, expected", [
     ("flash_fwd_kernel", "flash_fwd"),  # PyTorch's flash backend: FlashAttention-2 (the text says what it is)
     ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT|softmax_warp_forward", "sm90"),  # no instruction in the name
@@ -505,8 +538,12 @@ def roofs_table(rk, bf16_over_fp16: float = 1.04) -> pd.DataFrame:
     """Section 1's table as nsight-python returns it (durations only), H200-like, streams of 960 MiB."""
     times = {"x.sum()": 251e3, "y = x * 2": 468e3, rk.CLEAN: 462e3, "y = x + w": 686e3, "y = addcmul(x, w, v)": 905e3,
              "fp16 matmul": 1.415e6, "bf16 matmul": 1.415e6 / bf16_over_fp16, "fp32 matmul": 18.96e6}
+    kernels = {"fp16 matmul": "nvjet_sm90_hsh_320x128_64x3_1x2_h_bz_coopB_NNT",  # as the H200 run named them
+               "bf16 matmul": "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT",
+               "fp32 matmul": "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1_ffma_aligna4"}
     return pd.DataFrame([{"Annotation": name, "Metric": TIME, "AvgValue": t, "StdDev": 0.005 * t, "MinValue": 0.99 * t,
-                          "MaxValue": 1.01 * t, "NumRuns": 10, "Kernel": "k", "Unit": "ns"} for name, t in times.items()])
+                          "MaxValue": 1.01 * t, "NumRuns": 10, "Kernel": kernels.get(name, "vectorized_elementwise_kernel"),
+                          "Unit": "ns"} for name, t in times.items()])
 
 
 # Sections 2 and 3 on an H200, as one strict run measured them (time us, SM %, DRAM %, DRAM MB, MHz, kernels)
@@ -639,7 +676,13 @@ def test_every_section_runs_to_ok_through_either_branch(tmp_path, monkeypatch, c
     out = capsys.readouterr().out
     assert "clocks free to boost (clock_control='none')" in out.split("2. Limited by what?")[1]  # nsight_table's rules
     assert "the clock each kernel ran at is not measured here" in out  # section 1: durations only
-    assert "datasheet fp16: 989.4 TFLOP/s = 132 SMs x 4,096 FLOP per clock x 1,830 MHz" in out
+    assert "datasheet fp16: 989.4 TFLOP/s = 132 SMs x 4,096 FLOP per clock x 1,830 MHz (the highest clock: 1,980 MHz)" in out
+    assert ("datasheet fp32: 67 TFLOP/s = 132 SMs x 256 FLOP per clock x 1,983 MHz (0.14 % above the highest clock, "
+            "1,980 MHz: the datasheet's 67 is rounded, by up to 0.75 %)") in out
+    assert ("attention, flash: neither (compute side) at 42 % of its bf16 roof (its names say flash_fwd; the names of the "
+            "bf16 matmul that set the roof say sm90: other instructions can have a lower ceiling), 405 us") in records["3"].result
+    assert re.search(r"QKV projection: [^;]* roof, 263 us", records["3"].result)  # the roof's own GEMM: no note
+    assert "nan" not in out.split("4. The roofline plot")[1] and "x * 2: below the hardware's peaks (memory side: " in out
     assert "fusion alone (and flash_fwd for sm90)" in out  # FlashAttention-2 against GEMMs whose names say sm90
     assert "wgmma" not in out.split("3. Transformer")[1].split("op by op:")[0].split("PyTorch's default")[0]  # not named
     assert re.search(r"attention, math \(kept in 16 bit\), op by op \(kernel by kernel[^\n]*\n.*\n.*\n01 mul", out)
@@ -722,6 +765,14 @@ def test_a_kernel_faster_than_the_peak_at_the_clock_it_ran_fails_the_hardware_ch
     assert "fp16 matmul: below the hardware's peaks" in failed(result, "4")
 
 
+def test_an_operation_given_flops_but_renamed_in_the_op_by_op_run_fails_its_check(tmp_path, monkeypatch, rk):
+    table = limits_table()  # e.g. a PyTorch that dispatches the second GEMM as baddbmm: the formula's bmm FLOPs go missing
+    table.Annotation = table.Annotation.replace("attention, math (kept in 16 bit): 15 bmm", "attention, math (kept in 16 bit): 15 baddbmm")
+    result = run_notebook(tmp_path, monkeypatch, {"roofs": roofs_table(rk), "limits": table})
+    assert ("attention, math (kept in 16 bit): each op given FLOPs (_safe_softmax, bmm) is named as often as the formula "
+            "counts it") in failed(result, "3")
+
+
 def test_an_op_by_op_run_that_launched_other_kernels_fails_its_check(tmp_path, monkeypatch, rk):
     table = limits_table()
     table.loc[table.Annotation == "attention, math (kept in 16 bit): 08 bmm", "Kernel"] = "ampere_bf16_s16816gemm"
@@ -752,9 +803,10 @@ def verdicts_of(run: str, tmp_path, monkeypatch) -> dict:
     n_vec = call["configs"][0][1]
     result = run_notebook(tmp_path / run, monkeypatch, {"roofs": roofs, "limits": limits}, free=16 * 4 * n_vec + 1)
     assert tuple(result["ns"]["CONFIG"]) == tuple(call["configs"][0])  # the sizes that run measured
-    placed = result["ns"]["LIMITS"]
+    placed, ns = result["ns"]["LIMITS"], result["ns"]
     return {"sections": statuses(result), **{f"{n}: verdict": r.verdict for n, r in placed.iterrows()},
-            **{f"{n}: counters": r.counters for n, r in placed.iterrows()}}
+            **{f"{n}: counters": r.counters for n, r in placed.iterrows()},
+            **{f"{n}: names beside its roof's": ns["unlike_its_roof"](r, ns["ROOFS"]) for n, r in ns["ops"].iterrows()}}
 
 
 def test_two_separate_gpu_runs_give_the_same_verdicts_or_flag_them_as_undecided(tmp_path, monkeypatch):

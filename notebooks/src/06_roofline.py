@@ -37,7 +37,7 @@
 #
 # Every kernel this notebook measures is in the module below, written once. `roofs` is
 # section 1's: streams with three read:write mixes, a read-only reduction, and one matmul per
-# precision (their order alternates from run to run, so no precision always runs first).
+# precision (their order rotates from run to run, so each precision runs first in turn).
 # `limits` is sections 2 and 3's: the three kernels of the tutorial this series grew from (an
 # fp16 matmul, `x * 2`, a softmax), then a Transformer layer's operations. Each operation runs
 # inside an `nsight.annotate` region named after it; `measure` runs an operation once,
@@ -63,14 +63,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 CLEAN = "y = x * 2, clean L2"
 STREAMS = {"x.sum()": (1, 0), "y = x * 2": (1, 1), CLEAN: (1, 1), "y = x + w": (2, 1), "y = addcmul(x, w, v)": (3, 1)}
-MATH_FP32, MATH_HALF = "attention, math (upcast to fp32)", "attention, math (kept in 16 bit)"
-DEFAULT = "attention, PyTorch's default"
+MATH_FP32, MATH_HALF, DEFAULT = "attention, math (upcast to fp32)", "attention, math (kept in 16 bit)", "attention, PyTorch's default"
 FUSED = {"FLASH_ATTENTION": "attention, flash", "EFFICIENT_ATTENTION": "attention, memory-efficient"}
 WARM, CALLS = set(), itertools.count()
 
 
-def measure(ops: dict) -> None:
-    """Run each operation inside an annotation named by its key (after one unmeasured first call)."""
+def measure(ops: dict) -> None:  # each operation inside an annotation named by its key, after one unmeasured first call
     for name, op in ops.items():
         if name not in WARM:
             WARM.add(name)
@@ -79,8 +77,7 @@ def measure(ops: dict) -> None:
             op()
 
 
-class EachOp(TorchDispatchMode):
-    """Every operation PyTorch's dispatcher runs, in an annotation of its own: `<region>: 03 bmm`."""
+class EachOp(TorchDispatchMode):  # every operation PyTorch's dispatcher runs, in an annotation of its own: `<region>: 03 bmm`
 
     def __init__(self, region: str):
         super().__init__()
@@ -91,8 +88,7 @@ class EachOp(TorchDispatchMode):
             return func(*args, **(kwargs or {}))  # a view launches no kernel: its annotation stays empty
 
 
-def roofs(n: int, m: int, l2: int, precisions: str) -> None:
-    """Section 1: streams over n floats each, and an m x m x m matmul per precision."""
+def roofs(n: int, m: int, l2: int, precisions: str) -> None:  # section 1: streams of n floats, an m³ matmul per precision
     x, w, v = (torch.randn(n, device="cuda") for _ in range(3))  # made outside the annotations: not measured
     y, scratch = torch.empty_like(x), torch.empty(2 * l2 // 4, device="cuda")
     for name, op in {"y = x * 2": partial(torch.mul, x, 2.0, out=y), CLEAN: partial(torch.mul, x, 2.0, out=y),
@@ -103,12 +99,11 @@ def roofs(n: int, m: int, l2: int, precisions: str) -> None:
         with annotate(name):
             op()
     del x, w, v, y, scratch
-    mats = {p: torch.randn(m, m, device="cuda", dtype=DTYPES[p]) for p in precisions.split(",")[:: (-1) ** next(CALLS)]}
-    measure({f"{p} matmul": (lambda a=a: a @ a) for p, a in mats.items()})  # in order, then reversed, run by run
+    k = next(CALLS) % len(ps := precisions.split(","))  # rotated by one each run: each precision first in turn
+    measure({f"{p} matmul": (lambda a=torch.randn(m, m, device="cuda", dtype=DTYPES[p]): a @ a) for p in ps[k:] + ps[:k]})
 
 
-def attention(q, k, v, backend=None):
-    """PyTorch's scaled_dot_product_attention on one backend (None: PyTorch's own choice)."""
+def attention(q, k, v, backend=None):  # PyTorch's scaled_dot_product_attention on one backend (None: PyTorch's choice)
     with sdpa_kernel(getattr(SDPBackend, backend)) if backend else contextlib.nullcontext():
         return F.scaled_dot_product_attention(q, k, v)
 
@@ -117,8 +112,7 @@ def limits(n_mm: int, n_vec: int, rows: int, b: int, h: int, s: int, dh: int, ha
     """Sections 2 and 3: three kernels of different character, then a Transformer layer's operations in `half`."""
     a = torch.randn(n_mm, n_mm, device="cuda", dtype=torch.float16)
     vec, m = torch.randn(n_vec, device="cuda"), torch.randn(rows, 1024, device="cuda")
-    measure({"fp16 matmul": lambda: a @ a, "x * 2": lambda: vec * 2.0,
-             "softmax [rows x 1024]": lambda: torch.softmax(m, dim=-1)})
+    measure({"fp16 matmul": lambda: a @ a, "x * 2": lambda: vec * 2.0, "softmax [rows x 1024]": lambda: torch.softmax(m, dim=-1)})
     dt, d = DTYPES[half], h * dh
     x, w_qkv = torch.randn(b * s, d, device="cuda", dtype=dt), torch.randn(d, 3 * d, device="cuda", dtype=dt)
     scores = torch.randn(b, h, s, s, device="cuda", dtype=dt)
@@ -206,20 +200,22 @@ def fmt(v: float) -> str: return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"  #
 #   read-only limit of DRAM. Bytes come from the tensor sizes. The write mixes differ because
 #   DRAM turns its bus around between reads and writes. The **memory roof is the fastest of
 #   the four**: the best this GPU showed you, under the rules printed above the table;
-# - **compute**: one large matmul per precision, FLOPs = 2·n³, in an order that alternates
-#   from run to run. fp32 runs on CUDA cores with PyTorch's default (no TF32), the same
-#   setting the math attention path of section 3 runs under. fp16 and bf16 share one
-#   tensor-core rate on the datasheets of Ampere and newer, so a difference between their
-#   roofs is not the precision's arithmetic, nor (the order alternating) which ran first:
-#   two roofs far apart would be a finding (checked); a few percent can be the kernel cuBLAS
-#   picked, or the clock the GPU held (its power depends on the data), not measured here.
+# - **compute**: one large matmul per precision, FLOPs = 2·n³, in an order that rotates
+#   from run to run (each precision first in turn). fp32 runs on CUDA cores with PyTorch's
+#   default (no TF32), the same setting the math attention path of section 3 runs under.
+#   fp16 and bf16 share one tensor-core rate on the datasheets of Ampere and newer, so a
+#   difference between their roofs is not the precision's arithmetic, nor (the order
+#   rotating) which ran first: two roofs far apart would be a finding (checked); a few
+#   percent can be the kernel cuBLAS picked, or the clock the GPU held (its power depends on
+#   the data), not measured here.
 #
 # **A roof measured in one session is not a constant.** Run the notebook again and each roof
 # carries run-to-run variation of a few percent (notebook 03 §6 shows how to check two
-# batches of one kernel against each other). `RUN_TO_RUN_PCT` (set in the code above, the
-# same assumption notebook 05 makes) is that tolerance -- an assumption: set it from your own
-# repeats. No verdict below ranks two numbers closer than `RUN_TO_RUN_PCT` %, and a kernel
-# within it of its roof is **at the roof (within run-to-run variation)**, not ranked below it.
+# batches of one kernel against each other). `RUN_TO_RUN_PCT` (set in the code above) is that
+# tolerance -- an assumption: set it from your own repeats, e.g. run this notebook twice and
+# see how far its roofs move. No verdict below ranks two numbers closer than
+# `RUN_TO_RUN_PCT` %, and a kernel within it of its roof is **at the roof (within run-to-run
+# variation)**, not ranked below it.
 #
 # This section asks for durations only, the one metric both backends give, so it does not
 # measure the clock: its % of datasheet is at whatever clock the GPU held.
@@ -254,6 +250,12 @@ def taken_apart(tflops, sms, max_mhz) -> tuple[int, float]:  # a peak = SMs x FL
     return (per_clock := 2 ** round(np.log2(tflops * 1e6 / (sms * max_mhz)))), tflops * 1e6 / (sms * per_clock)
 
 
+def beside_top(tflops, mhz, top) -> str:  # the clock a peak implies, against the highest: a rounded peak can lift it
+    over, up_to = 100 * (mhz / top - 1), 50 * 10.0 ** -len(f"{tflops:g}".partition(".")[2]) / tflops  # up_to: its rounding, %
+    return f"the highest clock: {top:,} MHz" if over <= 0 else f"{over:.2f} % above the highest clock, {top:,} MHz: " + (
+        f"the datasheet's {tflops:g} is rounded, by up to {up_to:.2f} %" if over <= up_to else "more than its rounding explains")
+
+
 with nt.section("1. This GPU's roofs: datasheet and measured") as s:
     ENV.require("profiler")
     profile = nsight.analyze.kernel(runs=10, combine_kernel_metrics=lambda x, y: x + y, thermal_mode="off", verbosity=SILENT)
@@ -277,11 +279,11 @@ with nt.section("1. This GPU's roofs: datasheet and measured") as s:
     apart = {p: taken_apart(v, sms, top) for p, v in peaks.items() if v > 0}  # top: the highest SM clock NVML reports
     steady = t.loc[[n for n in rk.STREAMS if n != rk.CLEAN], "mean"]  # the roofs below leave the clean-L2 rerun out
     ROOFS = {"memory": steady.max(), "memory stream": steady.idxmax(), "clock memory": clock_peak, "datasheet": peaks,
-             **{p: t.loc[f"{p} matmul", "mean"] for p in PRECISIONS}, "apart": apart,
-             "per MHz": {p: sms * k / 1e6 for p, (k, _) in apart.items()}, "x * 2": t.loc[rk.CLEAN, "mean"]}
-    print("".join(f"  datasheet {p}: {peaks[p]:g} TFLOP/s = {sms} SMs x {k:,} FLOP per clock x {at:,.0f} MHz (the "
-                  f"highest clock: {top:,} MHz)\n" for p, (k, at) in apart.items()), end="")
-    if {"fp16", "bf16"} <= set(PRECISIONS) and sheet and sheet.fp16_tflops == sheet.bf16_tflops:  # order alternated
+             **{p: t.loc[f"{p} matmul", "mean"] for p in PRECISIONS}, "apart": apart, "x * 2": t.loc[rk.CLEAN, "mean"],
+             "per MHz": {p: sms * k / 1e6 for p, (k, _) in apart.items()}, "kernels": dict(zip(ROOF_RUNS.Annotation, ROOF_RUNS.Kernel))}
+    print("".join(f"  datasheet {p}: {peaks[p]:g} TFLOP/s = {sms} SMs x {k:,} FLOP per clock x {at:,.0f} MHz "
+                  f"({beside_top(peaks[p], at, top)})\n" for p, (k, at) in apart.items()), end="")
+    if {"fp16", "bf16"} <= set(PRECISIONS) and sheet and sheet.fp16_tflops == sheet.bf16_tflops:  # order rotated
         nt.claim(abs(ROOFS["bf16"] / ROOFS["fp16"] - 1) < SAME / 100, f"fp16 and bf16 (one datasheet rate) reach roofs "
                  f"within {SAME} % of each other", f"bf16 {100 * (ROOFS['bf16'] / ROOFS['fp16'] - 1):+.1f} % against fp16")
     s.result = f"memory {ROOFS['memory']:,.0f} GB/s ({ROOFS['memory stream']}); " + ", ".join(
@@ -307,12 +309,13 @@ with nt.section("1. This GPU's roofs: datasheet and measured") as s:
 #    a kernel on the memory side that is the % of the **memory slope** (`B / W`), whichever
 #    precision it computes in. At `BOUND_AT` % or more (set in the code above) the kernel is
 #    *bound* by that roof; below it, **limited by neither** (latency, occupancy, a chain of
-#    small kernels) -- a verdict in its own right. Within `RUN_TO_RUN_PCT` % of `BOUND_AT` the
-#    verdict says *bound or neither (within run-to-run variation)*, and within `RUN_TO_RUN_PCT` % of
-#    100 *at the roof (within run-to-run variation)*: another session's roofs could move it
-#    across either line. An intensity within `RIDGE` of the ridge
-#    is **on the ridge**: which side it falls can change from run to run, and the verdict
-#    says so instead of picking one.
+#    small kernels, or instructions slower than those of the matmul that set the roof:
+#    section 3 says where the kernel names show that) -- a verdict in its own right. Within
+#    `RUN_TO_RUN_PCT` % of `BOUND_AT` the verdict says *bound or neither (within run-to-run
+#    variation)*, and within `RUN_TO_RUN_PCT` % of 100 *at the roof (within run-to-run
+#    variation)*: another session's roofs could move it across either line. An intensity
+#    within `RIDGE` of the ridge is **on the ridge**: which side it falls can change from run
+#    to run, and the verdict says so instead of picking one.
 # 3. **The counters**: `sm__throughput.avg.pct_of_peak_sustained_elapsed` is the *busiest
 #    unit* of the SMs (tensor pipe, FMA, ALU, load/store, ...) as a % of its peak -- not the
 #    share of FLOP capacity used: a softmax can keep load/store and ALU busy while using a
@@ -400,8 +403,7 @@ def place(table, model, roofs) -> pd.DataFrame:  # each annotation against the r
                         "± us": stats.t.ppf(0.975, t.NumRuns - 1) * t.StdDev / np.sqrt(t.NumRuns) / 1e3,
                         "roof": [model[n][2] for n in names], "kernel names": t.Kernel, "SM %": w[SM_PCT], "DRAM %": w[DRAM_PCT]})
     peak, bw, sec, moved = out.roof.map(roofs).astype(float) * 1e12, roofs["memory"] * 1e9, w[TIME] / 1e9, w[DRAM_BYTES]
-    out["TFLOP/s"], out["GB/s"] = flops / sec / 1e12, moved / sec / 1e9
-    out["formula MB"], out["measured MB"] = formula / 1e6, moved / 1e6
+    out["TFLOP/s"], out["GB/s"], out["formula MB"], out["measured MB"] = flops / sec / 1e12, moved / sec / 1e9, formula / 1e6, moved / 1e6
     out["AI formula"], out["AI measured"], out["ridge"] = flops / formula, flops / moved, peak / bw
     allowed = np.maximum(flops / peak, moved / bw).where(~split, pd.Series({n: by_operation(  # seconds; run op by op:
         table, n, 1, model[n][3], roofs)[["FLOP us", "byte us"]].max(axis=1).sum() / 1e6 for n in names if split[n]}))
@@ -410,8 +412,7 @@ def place(table, model, roofs) -> pd.DataFrame:  # each annotation against the r
     out["against"] = np.where(split, "its ops' roofs", np.where(out.side == "compute", "its " + out.roof + " roof", "the memory slope"))
     ridge = out["on ridge"] = np.abs(np.log(out["AI measured"] / out.ridge)) < np.log(RIDGE)  # no side decided
     where = np.where(split, "op by op", np.where(ridge, "on the ridge", out.side + " side"))
-    bound = np.where(split | ridge, "bound " + where, out.side + "-bound")
-    v = RUN_TO_RUN_PCT  # within it of a threshold, a verdict says so
+    bound, v = np.where(split | ridge, "bound " + where, out.side + "-bound"), RUN_TO_RUN_PCT  # v: near a line, say so
     out["verdict"] = np.select([pct > 100 + v, pct >= 100 - v, pct >= BOUND_AT + v, pct > BOUND_AT - v],
         [bound + ", above its measured roof (rules or clock differ)", bound + ", at the roof (within run-to-run variation)",
          bound, f"at {BOUND_AT} % (within run-to-run variation): bound or neither, " + where], "neither (" + where + ")")
@@ -491,7 +492,10 @@ with nt.section("2. Limited by what? Three kernels, three ways") as s:
 # say: the words `wgmma`, `hmma`, `ffma`, `s1688`, `s16816`, `flash_fwd`, an architecture
 # (`sm90`, `turing`, ...) -- e.g. `nvjet_sm90…` says sm90 and nothing of its instructions,
 # so the cell does not claim `wgmma` for it; a name with `…wgmma…` in it does. Where two
-# rows' names differ, the comparison names the difference.
+# rows' names differ, the comparison names the difference. So does the result line where a
+# kernel's names differ from those of section 1's matmul that set its roof: FlashAttention-2's
+# `mma.sync` cannot run at the rate of a Hopper GEMM's `wgmma`, so below that roof its
+# "neither" can be its own instructions' ceiling, not latency or occupancy.
 #
 # **A region of several kernels is bound kernel by kernel.** Each kernel of the math path
 # is bound on its own: the GEMMs by their roof, the softmax's passes by the memory slope.
@@ -501,10 +505,12 @@ with nt.section("2. Limited by what? Three kernels, three ways") as s:
 # op-by-op run gives each operation's time and measured bytes; its FLOPs are the formula's,
 # attributed by operation: `2·b·h·s²·dh` to each `bmm` (against the region's GEMM roof), the
 # softmax's `5·b·h·s²` to `_safe_softmax` (fp32, CUDA cores), none to the casts and scalings.
+# The cell checks that the op-by-op run names each operation given FLOPs as often as the
+# formula counts it: a renamed operation would get none.
 # The region's "% of roof" is that sum over its measured time, and its verdict says
 # **op by op**. An operation that launches several kernels (the safe softmax: five) is
 # summed as one; kernel by kernel could allow at most its smaller term more, and the cell
-# checks that this is under `RUN_TO_RUN_PCT` % of the region's time. A region of several kernels
+# prints that bound as a share of the region's time. A region of several kernels
 # without an op-by-op run (the `kernels` column says how many) is still one point.
 #
 # **Bytes, both ways**: measured bytes may fall *below* the formula by up to one L2 per
@@ -529,6 +535,12 @@ def instructions(kernels: str) -> str:  # what a row's kernel names say of instr
     return ", ".join(dict.fromkeys(pd.Series(kernels).str.findall(ISA)[0])) or "not in the names"
 
 
+def unlike_its_roof(r, roofs) -> str:  # where a kernel's names and those of the matmul that set its roof differ, say so
+    theirs = instructions(roofs["kernels"].get(f"{r.roof} matmul", ""))
+    return "" if r.instructions == theirs or not r.against.endswith(" roof") else (f" (its names say {r.instructions}; the "
+           f"names of the {r.roof} matmul that set the roof say {theirs}: other instructions can have a lower ceiling)")
+
+
 with nt.section("3. Transformer ops on the roofline") as s:
     ENV.require("profiler")
     lim, roofs = nt.needs(LIMITS, section="2"), nt.needs(ROOFS, section="1")
@@ -540,8 +552,8 @@ with nt.section("3. Transformer ops on the roofline") as s:
         gap = parts[parts.kernels.str.contains("|", regex=False)][["FLOP us", "byte us"]].min(axis=1).sum()
         print(f"  {region}, op by op (kernel by kernel could allow at most {gap:,.0f} us more, {100 * gap / parts.us.sum():.1f}"
               " % of its time):\n" + parts.assign(kernels=parts.kernels.str.slice(0, 60)).to_string(float_format=fmt))
-        nt.claim(np.isclose(got := sum(model[3].get(n.split()[-1], (0,))[0] for n in parts.index), model[0]), f"{region}:"
-                 " the FLOPs given op by op add up to the formula's", f"{got:.4g} of {model[0]:.4g}")
+        nt.claim(np.isclose(got := sum(model[3].get(n.split()[-1], (0,))[0] for n in parts.index), model[0]), f"{region}: each"
+                 f" op given FLOPs ({', '.join(model[3])}) is named as often as the formula counts it", f"{got:.4g} of {model[0]:.4g} FLOPs")
         nt.claim("|".join(parts.kernels) == ops.loc[region, "kernel names"], f"{region}: the op-by-op run launches the "
                  "region's kernels, in order", f"{len(parts)} operations, {ops.loc[region, 'kernels']} kernels")
     for name, r in lim.iterrows():  # a GEMM re-reads the tiles its L2 cannot keep, as often as L2 and tiling make it
@@ -561,8 +573,8 @@ with nt.section("3. Transformer ops on the roofline") as s:
             nt.claim(y["measured MB"] < x["measured MB"] and y.time_us < x.time_us, f"{label}: {after} moves the "
                      f"point right and up from {before}", f"{x['measured MB'] / y['measured MB']:.1f}x fewer DRAM bytes, "
                      f"{x.time_us / y.time_us:.1f}x faster")
-    s.result = "; ".join(f"{n}: {r.verdict} at {r['% of roof']:.0f} % of {r.against}, {r.time_us:,.0f} us"
-                         for n, r in ops.iterrows())
+    s.result = "; ".join(f"{n}: {r.verdict} at {r['% of roof']:.0f} % of {r.against}{unlike_its_roof(r, roofs)}, "
+                         f"{r.time_us:,.0f} us" for n, r in ops.iterrows())
 
 # %% [markdown]
 # ## 4. The roofline plot
@@ -600,8 +612,8 @@ with nt.section("4. The roofline plot") as s:
     plt.tight_layout(); plt.show()
     for name, r in points.iterrows():
         nt.claim(not r["% at its clock"] > 100 and not r["GB/s"] > roofs["clock memory"], f"{name}: below the hardware's"
-                 f" peaks", f"{r['% at its clock']:.0f} % of the {r.roof} peak at the {r.MHz:,.0f} MHz it ran; "
-                 f"{r['GB/s']:,.0f} of {roofs['clock memory']:,.0f} GB/s")
+                 " peaks", (f"{r['% at its clock']:.0f} % of the {r.roof} peak at the {r.MHz:,.0f} MHz it ran; " if r.side ==
+                 "compute" else "memory side: ") + f"{r['GB/s']:,.0f} of {roofs['clock memory']:,.0f} GB/s")
     s.result = f"{len(points)} kernels on the roofline of {ENV.gpu_name}, none above the hardware's peaks"
 
 # %% [markdown]
