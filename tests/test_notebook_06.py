@@ -399,14 +399,14 @@ def test_a_kernel_whose_names_differ_from_its_roofs_matmul_is_said_to_be_so_and_
     def row(kernels, roof, against):
         return pd.Series({"instructions": nb.instructions(kernels), "roof": roof, "against": against})
     flash = nb.unlike_its_roof(row("flash_fwd_kernel", "bf16", "its bf16 roof"), h200)
-    assert flash == (" (its names say flash_fwd; the names of the bf16 matmul that set the roof say sm90: other "
-                     "instructions can have a lower ceiling)")
+    assert flash == " (its names say flash_fwd, its roof matmul's say sm90: other instructions can have a lower ceiling)"
     assert nb.unlike_its_roof(row("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "bf16", "its bf16 roof"), h200) == ""
+    assert nb.unlike_its_roof(row("sm90_fmha_wgmma_bf16_kernel", "bf16", "its bf16 roof"), h200) == ""  # sm90 and more
     assert nb.unlike_its_roof(row("flash_fwd_kernel", "bf16", "the memory slope"), h200) == ""  # no GEMM roof: no note
     assert nb.unlike_its_roof(row("flash_fwd_kernel", "bf16", "its ops' roofs"), h200) == ""  # op by op: each op's roof
     assert nb.unlike_its_roof(row("turing_fp16_s1688gemm_fp16_256x128_ldg8_f2f_tn", "fp16", "its fp16 roof"), t4) == ""
     t4_fused = nb.unlike_its_roof(row("fmha_cutlassF_f16_aligned_64x64_rf_sm75", "fp16", "its fp16 roof"), t4)
-    assert "say sm75; the names of the fp16 matmul that set the roof say turing, s1688" in t4_fused and "sm90" not in t4_fused
+    assert "say sm75, its roof matmul's say turing, s1688" in t4_fused and "sm90" not in t4_fused
     assert "not in the names" in nb.unlike_its_roof(row("flash_fwd_kernel", "fp16", "its fp16 roof"), h200)  # no fp16 roof
 
 
@@ -679,8 +679,8 @@ def test_every_section_runs_to_ok_through_either_branch(tmp_path, monkeypatch, c
     assert "datasheet fp16: 989.4 TFLOP/s = 132 SMs x 4,096 FLOP per clock x 1,830 MHz (the highest clock: 1,980 MHz)" in out
     assert ("datasheet fp32: 67 TFLOP/s = 132 SMs x 256 FLOP per clock x 1,983 MHz (0.14 % above the highest clock, "
             "1,980 MHz: the datasheet's 67 is rounded, by up to 0.75 %)") in out
-    assert ("attention, flash: neither (compute side) at 42 % of its bf16 roof (its names say flash_fwd; the names of the "
-            "bf16 matmul that set the roof say sm90: other instructions can have a lower ceiling), 405 us") in records["3"].result
+    assert ("attention, flash: neither (compute side) at 42 % of its bf16 roof (its names say flash_fwd, its roof matmul's "
+            "say sm90: other instructions can have a lower ceiling), 405 us") in records["3"].result
     assert re.search(r"QKV projection: [^;]* roof, 263 us", records["3"].result)  # the roof's own GEMM: no note
     assert "nan" not in out.split("4. The roofline plot")[1] and "x * 2: below the hardware's peaks (memory side: " in out
     assert "fusion alone (and flash_fwd for sm90)" in out  # FlashAttention-2 against GEMMs whose names say sm90
