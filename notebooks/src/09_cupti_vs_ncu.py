@@ -90,8 +90,7 @@ def inputs():  # fresh inputs for each operation: the 16K add, then the matmuls
 
 def warm_up():
     """Each operation once, outside any annotation: cuBLAS's first-call setup is not measured."""
-    for name, a, b in inputs():
-        _ = a + b if name == "add" else a @ b
+    _ = [a + b if name == "add" else a @ b for name, a, b in inputs()]
     torch.cuda.synchronize()
 
 
@@ -178,17 +177,15 @@ def profiler_events(n=SIZES[0]):
     """CUDA (device) events torch.profiler records for five n x n matmuls in this process (4. beside CUPTI?)."""
     a = torch.randn(n, n, device="cuda")
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(5):
-            _ = a @ a
+        _ = [a @ a for _ in range(5)]
         torch.cuda.synchronize()
     return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
 
 
 def profiler_beside_cupti():
-    """torch.profiler while nsight's CUPTI backend is active; then nsight-python once more."""
+    """torch.profiler while nsight's CUPTI backend is active; then nsight-python once more (None: it measured the add)."""
     seen, add = profiler_events(), nsight.analyze.kernel(runs=3, thermal_mode="off", verbosity=SILENT)(region)
-    after = raised(lambda: measured(lambda: add(N_ADD, "add"), ["add"]), LookupError)  # None: it measured the add
-    return {"cuda_events": seen, "nsight_after": after}
+    return {"cuda_events": seen, "nsight_after": raised(lambda: measured(lambda: add(N_ADD, "add"), ["add"]), LookupError)}
 
 
 if __name__ == "__main__":
@@ -204,7 +201,6 @@ if __name__ == "__main__":
 
 # %%
 import os
-import sys
 
 import cupti_ncu_kernels as ck
 import matplotlib.pyplot as plt
@@ -342,13 +338,21 @@ with nt.section("2. Nsight Compute times the same workload, flushed and not") as
 #   is the same for every kernel, whatever its length, is a large % of a short kernel and almost
 #   nothing of a long one, so a % alone can call the same cost "more than the clock can explain"
 #   in one run and "the clock can account for it" in the next. So the cell first asks whether
-#   one **fixed overhead** per kernel fits every row: the cost per kernel the precise rows agree
-#   on (each weighted by its precision, so a long matmul's few µs of noise weigh little), times a
-#   row's kernels, plus up to the clock's bound, must meet each row's interval -- and the clock
-#   must not be able to add that much to the shortest kernel. Then
-#   it names the fixed overhead: a cost per kernel of being measured by Nsight Compute, not the
-#   clock (its replay, presumably: this section does not test the cause). If not, each row is read against the clock alone: "the clock can
-#   account for it", or "more than the clock can explain".
+#   one **cost per kernel** fits every row: the cost the precise rows agree on (each weighted by
+#   its precision, so a long matmul's few µs of noise weigh little), times a row's kernels, plus
+#   up to the clock's bound, must meet each row's interval -- and the clock
+#   must not be able to add that much to the shortest kernel. Where all of that holds, each row
+#   reads "fits the per-kernel overhead": a cost per kernel of being measured by Nsight Compute,
+#   not the clock (its replay, presumably: this section does not test the cause). If not, each
+#   row is read against the clock alone: "the clock can account for it", or "more than the clock
+#   can explain".
+# - **one cost, or a rising one?** A long kernel's wide interval, plus the clock's bound, can take
+#   in more than the short kernels pay, so "every row fits" does not make the cost the same for
+#   every length. The cell therefore also ranks µs per kernel against the kernel's length
+#   (Spearman). Where they rise together (p < 0.05) it says so: about the fitted cost on the short
+#   kernels, more on the longer ones (by how much, printed), within their intervals plus what the
+#   clock can add -- not one fixed cost. Only where no such trend shows does it name a **fixed
+#   overhead**. With five kernels a rank test is weak: a trend it misses is not shown to be absent.
 #
 # A long matmul should barely notice either: there the tools should agree within 5 %.
 
@@ -382,27 +386,30 @@ def compare(cupti: pd.DataFrame, ncu: dict) -> pd.DataFrame:
     out["us/kernel"], out["clock bound us"] = d / c.kernels, bound  # d, half: the unflushed difference, in us
     out["fixed us"], fits = fixed_overhead(d, half, c.kernels, bound)
     out["unflushed"] = np.select([fits, abs(d) <= half, d + half < 0, d - half <= bound],
-                                 ["the fixed overhead", "no difference detected", "faster than CUPTI",
+                                 ["fits the per-kernel overhead", "no difference detected", "faster than CUPTI",
                                   "the clock can account for it"], "more than the clock can explain")
     return out.reset_index(names="op")
 
 
 def fixed_overhead(d: pd.Series, half: pd.Series, kernels: pd.Series, bound: pd.Series) -> tuple[float, pd.Series]:
-    """The cost per kernel the precise rows agree on, and the rows whose interval meets it (NaN, none: not one cost)."""
+    """The per-kernel cost the precise rows agree on, the rows meeting it; NaN, none: not all, or the clock could add it."""
     weight = (kernels / half) ** 2  # inverse variance: a long kernel's few us of noise per kernel weigh little
     cost = float((d / kernels * weight).sum() / weight.sum())
     fits = (d + half >= kernels * cost) & (d - half <= kernels * cost + bound)  # plus up to the clock's bound
-    one = fits.all() and cost > bound.min()  # and more than the clock could add to the shortest kernel
-    return (cost, fits) if one else (float("nan"), fits & False)
+    return (cost, fits) if fits.all() and cost > bound.min() else (float("nan"), fits & False)
 
 
 def overhead(side: pd.DataFrame) -> str:
-    """Nsight Compute's unflushed extra time over all kernels, in words: a fixed overhead per kernel, or not."""
+    """Nsight Compute's unflushed extra time over all kernels, in words: one fixed overhead, one rising with length, or not."""
     short, seen = side.loc[side["CUPTI us"].idxmin()], side.unflushed != "no difference detected"
-    if (side.unflushed == "the fixed overhead").any():
-        return (f"a fixed overhead of about {side['fixed us'].iloc[0]:.2f} us per kernel, consistent with every row; the clock "
-                f"could add at most {short['clock bound us']:.3f} us to the shortest ({short.op})")
-    return "not a fixed overhead (see each kernel's reading)" if seen.any() else "no unflushed difference detected"
+    if not (side.unflushed == "fits the per-kernel overhead").any():
+        return "not a fixed overhead (see each kernel's reading)" if seen.any() else "no unflushed difference detected"
+    (rho, p), cost = stats.spearmanr(side["CUPTI us"], side["us/kernel"]), side["fixed us"].iloc[0]
+    said = (f"an overhead per kernel rising with the kernel's length, not one fixed cost: about {cost:.2f} us on the short "
+            f"kernels; the longer ones exceed it by up to {side['us/kernel'].max() - cost:.2f} us, within each row's interval"
+            f" plus what the clock can add (Spearman {rho:+.2f}, p {p:.2f})" if rho > 0 and p < 0.05 else
+            f"a fixed overhead of about {cost:.2f} us per kernel, consistent with every row, no trend with length detected")
+    return said + f"; the clock could add at most {short['clock bound us']:.3f} us to the shortest ({short.op})"
 
 
 with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
@@ -434,7 +441,9 @@ with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
 # annotations, around the very launches CUPTI timed -- but CUPTI traced those launches, and
 # tracing could change what a launch costs. So the same `workload()` runs again in a child process with
 # **no profiler attached** (no nsight tool, nothing injected): the clocks a reader timing by
-# hand gets. The mean of (events − kernel) is the events' mean minus CUPTI's kernel mean.
+# hand gets. The mean of (events − kernel) is the events' mean minus CUPTI's kernel mean. Two
+# sets of rules make this table, and the cell prints both: the kernel column is CUPTI's, the
+# events and wall columns are the workload's own clocks, under CUPTI's tracing and under none.
 #
 # Expect a similar overhead for every op -- most of what the events measure for the add, a
 # small share of a long matmul -- and expect it to move: it is launch and dispatch time on
@@ -444,8 +453,7 @@ with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
 
 # %%
 def event_clocks(traced: list, plain: list, cupti: pd.DataFrame) -> pd.DataFrame:
-    """Per op and profiler (CUPTI tracing, or none), us: the kernel (CUPTI's), events (mean, SD), wall, events - kernel;
-    that overhead in words: its size, and 'noisy' where the launches scatter by more than the kernel lasts."""
+    """Per op and profiler (CUPTI, none), us: kernel (CUPTI's), events (mean, SD), wall, events - kernel, in words."""
     rows = [(op, who, e, w) for who, events in (("CUPTI", traced), ("none", plain)) for op, e, w in events]
     g = pd.DataFrame(rows, columns=["op", "profiler", "events", "wall"]).groupby(["op", "profiler"], sort=False)
     out = pd.DataFrame({"events us": g.events.mean(), "SD us": g.events.std(), "wall us": g.wall.mean()}) / 1e3
@@ -461,6 +469,7 @@ with nt.section("4. Two more clocks on the same launches: CUDA events and wall t
     cupti = nt.needs(CUPTI, section="1", need="cupti")
     PLAIN = ncu_cli.run_json("cupti_ncu_kernels.py", ["plain"], timeout=300)  # no nsight tool, no profiler
     EVENTS = event_clocks(cupti["events"], PLAIN["events"], cupti["table"])
+    print(f"  kernel us: {nt.rules('cupti')}\n  events, wall: workload()'s own clocks, CUPTI tracing or no profiler")
     nt.show(EVENTS, list(EVENTS.columns))
     hand = EVENTS[EVENTS.profiler == "none"].reset_index(drop=True)  # no profiler: as timed by hand
     share = 100 * hand["overhead us"] / hand["events us"]
@@ -497,6 +506,7 @@ with nt.section("5. What CUPTI cannot do") as s:
     LIMITS = ck.cupti_limits() if ENV.backend == "cupti" else cupti_child("cupti_limits")
     x2 = pd.DataFrame(LIMITS["x2_us"], index=["warm us", "flushed by hand us"]).T.reset_index(names="cache/clock")
     print(f"  a counter -> ValueError: {LIMITS['counter_error']}\n  memcpy: measured() -> {LIMITS['copy_error']}")
+    print(f"  {nt.rules('cupti', cache_control='all, none', clock_control='none, base')}")
     nt.show(x2, list(x2.columns), fmt="{:,.3f}")
     spread = x2["warm us"].max() / x2["warm us"].min()
     nt.claim(LIMITS["counter_error"] is not None, "under CUPTI the call that asks for a hardware counter is refused")
@@ -549,7 +559,8 @@ with nt.section("6. torch.profiler goes blind while nsight's CUPTI is active") a
 #   column, and put a Welch interval on each difference.
 # - When Nsight Compute and CUPTI disagree on a short kernel, test the reasons instead of naming
 #   one: a `cache_control="none"` run isolates the flush, the clock metric bounds the clock's share,
-#   and the difference in µs per kernel shows a fixed overhead that a % hides.
+#   and the difference in µs per kernel shows a per-kernel overhead that a % hides (and whether it
+#   grows with the kernel's length).
 # - CUPTI is the cheap clock: durations, no replay, warm caches, free clocks. No counters, no cache
 #   or clock control, no row for a kernel-less region, and no `torch.profiler` beside it.
 # - CUDA events and wall clocks time your *code*, launch and dispatch included: fine for a long

@@ -234,11 +234,14 @@ with nt.section("2a. nsight-python's own report (Nsight Compute backend)") as s:
 # including one too old for nsight-python's backend. `--set full` replays each kernel some
 # 40 times to collect every section, so we profile **one** launch: `--nvtx-include` keeps only
 # kernels inside nsight-python's annotation (the matrices are made outside it). The command
-# line's defaults apply: caches flushed, clocks locked to **base** (`--clock-control base`,
-# notebook 04), so every duration in this report is the kernel's at the base clock, below what
-# it reaches with free clocks (datasheet, for example: a T4's base clock is 585 of 1,590 MHz).
-# The cell prints the clock the report measured beside the GPU's rated maximum
-# (`device__attribute_clock_rate`, nsight-python's `ComputeClock`), next to the duration.
+# line's defaults apply: caches flushed, clocks locked to **base** (`--clock-control base`).
+# Locked to base does not pin one frequency: notebook 04 measured the clock under it, and it
+# need not sit at the datasheet's base clock (for example, a T4's is 585 of 1,590 MHz). So the
+# durations in this report are not "the kernel at the base clock" but the kernel at whatever
+# clock base allowed, and that clock is measured, not assumed: the cell prints the SM clock
+# the report measured (`gpc__cycles_elapsed.avg.per_second`) beside the duration, against the
+# GPU's rated maximum (`device__attribute_clock_rate`, nsight-python's `ComputeClock`), and
+# checks that it ran below that maximum.
 #
 # Then the metrics that answer the first questions about a kernel. Metric names differ
 # between GPU generations and ncu versions, so each question lists candidate names; the
@@ -363,7 +366,7 @@ with nt.section("2b. The full report from the ncu command line (--set full)") as
     found = metric_table(actions[0])
     answers = key_metrics(found)
     print(answers.to_string(index=False))
-    if clocks_mhz(found):  # the command line's default --clock-control base: durations at the base clock
+    if clocks_mhz(found):  # the command line's default --clock-control base: clocks locked to base, not one frequency
         ran, top = clocks_mhz(found)
         print(f"\n  duration {answers.value[0]} at {ran:,.0f} of {top:,.0f} MHz ({100 * ran / top:.0f} %): ncu asked "
               "for base (--clock-control base, its default), which does not pin one frequency (notebook 04): not what "
@@ -517,8 +520,9 @@ with nt.section("3. The evidence folder, zipped") as s:
 #   in a folder of its own per investigation.
 # - A CSV keeps values, not types: read it back knowing which columns change dtype.
 # - nsight-python's own report holds only the metrics you asked for. For the full picture,
-#   run `ncu --set full -o` on the same module -- any ncu can; its durations are at the base
-#   clock unless you pass `--clock-control none`. Check that a metric's name exists in the
+#   run `ncu --set full -o` on the same module -- any ncu can; its durations are taken with
+#   clocks locked to base (not one pinned frequency: read the measured SM clock beside them)
+#   unless you pass `--clock-control none`. Check that a metric's name exists in the
 #   report before you read it, and judge tensor-core use by a pipe's busy cycles, not by an
 #   instruction count; `ncu --import ... --page details` prints what the GUI would show.
 # - `ncu_report.load_report` does not fail on an unreadable file: check that ranges came out,
