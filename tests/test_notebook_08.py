@@ -223,13 +223,15 @@ def test_the_pooled_trend_is_the_rank_correlation_with_the_run_index_within_each
 def test_an_adjusted_p_near_0_05_is_read_on_the_line_either_side():
     """08's closing strict H200 run printed two trend tests at rho about +0.5, p_holm 0.053 and 0.059, 'not
     distinguishable' with nothing to say the verdict sat on the line. Per series (six tests), the same raw p-values
-    now adjust to 0.072 and 0.087 and say so; a hit at an adjusted 0.048 says so too; p_holm clear of the band
-    (below 0.025, at or above 0.1) does not."""
+    now adjust to 0.072 and 0.087 and say so; a hit at an adjusted 0.048 says so too; the second review's case (raw
+    0.055 and 0.05, adjusted to 0.2) says so; p_holm clear of the band (below 0.01, above 0.25) does not."""
     verdicts = NB.correlation_table.__globals__  # the notebook function's namespace, to stub its tests
     real = verdicts["partial_rank_correlation"]
     for ps, expected in (((0.018, 0.029, 0.00037, 0.34), ["not distinguishable, on the line"] * 2),
                          ((0.0001, 0.2, 0.3, 0.4), ["positive", "not distinguishable"]),
-                         ((0.008, 0.4, 0.5, 0.6), ["positive, on the line", "not distinguishable"])):
+                         ((0.008, 0.4, 0.5, 0.6), ["positive, on the line", "not distinguishable"]),
+                         ((0.055, 0.05, 0.00037, 0.34), ["not distinguishable, on the line"] * 2),
+                         ((0.001, 0.2, 0.3, 0.4), ["positive", "not distinguishable"])):
         results = iter([(0.54, ps[0]), (-0.5, ps[2]), (0.17, ps[3]), (0.5, ps[1]), (-0.5, ps[2]), (0.17, ps[3])])
         verdicts["partial_rank_correlation"] = lambda group, other: next(results)
         try:
