@@ -317,7 +317,8 @@ def test_batches_one_step_apart_differ_by_about_one_timer_step_beyond_the_plan()
     assert np.median(b) - np.median(a) == pytest.approx(-32, abs=1)
     shift, half, p = fns.batch_shift(a, b, 32.0)
     assert p < 0.01 and shift + half < -1.0  # a real shift, beyond the +/-1 % plan
-    assert functions(STEM, "batch_verdict").batch_verdict(p, np.median(b) - np.median(a), 32.0) == \
+    gap = fns.kept_stats(b, 32.0)[0] - fns.kept_stats(a, 32.0)[0]  # the means the test compared
+    assert functions(STEM, "batch_verdict").batch_verdict(p, gap, 32.0) == \
         "differ by about one timer step"
 
 
@@ -326,8 +327,8 @@ def test_section_6_reports_a_one_step_shift_as_a_difference_set_against_the_plan
     claims, results, ns, printed = run_cells(raw, raw100, "# ## 6. A second batch", step=32.0)
     assert claims == [], claims  # section 6 prints; its verdicts are the point
     assert "one timer step is 3.1% of its median, coarser than the +/-1% the plan aimed at" in printed
-    assert re.search(r"vector add n=16,384: differ by about one timer step \(p_holm [\d.e-]+; means -3\.\d% apart",
-                     results[0]), results[0]
+    assert re.search(r"vector add n=16,384: differ by about one timer step \(p_holm [\d.e-]+; means -3\.\d% = -1\.0 steps "
+                     r"apart", results[0]), results[0]
     assert results[0].endswith("the timer cannot size a shift finer than one step (32 ns)")
     assert "x the +/-1% the plan aimed at" in printed
     line = next(x for x in printed.splitlines() if x.startswith("  vector add n=16,384: differ"))
@@ -339,6 +340,14 @@ def test_section_6_says_agree_only_for_batches_it_cannot_tell_apart():
     claims, results, ns, printed = run_cells(raw, raw100, "# ## 6. A second batch", step=32.0)
     assert set(ns["table"].verdict) == {"not distinguishable"}, ns["table"]
     assert all(ok for ok, _, _ in claims) and "cannot size" not in results[0], results[0]
+
+
+def test_a_shift_is_sized_by_the_means_the_test_compared_not_by_the_medians():
+    """The second review's case: a skewed 100-run series whose median sits nine steps below the first batch's while
+    the means are 0.1 % above -- a difference, were one found, is sized from the means (+1.5 steps), not -9."""
+    verdict = functions(STEM, "batch_verdict").batch_verdict
+    assert verdict(1e-3, 0.001 * 48_600, 32.0) == "differ by about 2 timer steps"  # means +0.1 % of 48.6 us apart
+    assert verdict(1e-3, -288.0, 32.0) == "differ by about 9 timer steps"  # what the medians' gap would have said
 
 
 def test_section_6_says_when_one_timer_step_is_finer_than_the_target_instead_of_failing():

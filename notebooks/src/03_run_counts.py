@@ -375,19 +375,19 @@ with nt.section("5. Runs needed for a target precision") as s:
 # mean (of the runs section 5 keeps, their spread at least the quantisation noise) and
 # compares the batches: Welch's t-test (Student's t, each batch with its own spread) on
 # those runs, Holm-corrected over the two kernels; the shift of the second batch's mean
-# from the first's, with the 95 % interval of that difference; and the gap between the two
-# medians in timer steps.
+# from the first's, with the 95 % interval of that difference; and the gaps between the
+# two means and the two medians in timer steps.
 #
 # Read it in two steps. *Whether* the batches differ is the test's call, and averaging
 # many runs can resolve the mean below one timer step: a shift smaller than a step can be
 # detected. *How much* they differ is where the timer comes in. A duration is a whole
 # number of steps, and when most runs sit on one reading the mean moves in whole steps
 # too, so the timer sizes a shift to about one step, no finer. Hence the verdict: "not
-# distinguishable" (only then do the batches agree), or "differ by about N timer steps",
-# N from the medians' gap. For a microsecond kernel one step can be a few percent of its
+# distinguishable" (the test found no shift -- which does not show there is none), or
+# "differ by about N timer steps", N from the gap between the means the test compared. For a microsecond kernel one step can be a few percent of its
 # time, coarser than the ±1 % the plan aimed at; where section 5 found a step, the cell
 # says which it is for the short kernel. Either way a within-batch ±1 % interval says
-# nothing about where the next session lands. The
+# nothing about where the next call, or the next session, lands. The
 # cell sets each shift against the first batch's own interval and the ±1 % target. A
 # shift comes from the session (clock, temperature, other work on the GPU): a number that
 # must hold from session to session needs several batches, and the spread between them.
@@ -418,17 +418,17 @@ def batch_shift(a: np.ndarray, b: np.ndarray, step: float) -> tuple[float, float
     return 100 * (mb - ma) / ma, 100 * stats.t.ppf(0.975, df) * se / ma, float(2 * stats.t.sf(abs(mb - ma) / se, df))
 
 
-def batch_verdict(p_holm: float, median_gap: float, step: float) -> str:
-    """'not distinguishable' (p >= 0.05 after Holm), else 'differ', sized by the medians' gap to the nearest whole
-    timer step -- as finely as a timer that reads in steps can size a shift (no size where no step shows)."""
+def batch_verdict(p_holm: float, gap: float, step: float) -> str:
+    """'not distinguishable' (p >= 0.05 after Holm), else 'differ', sized by the gap between the tested means to the
+    nearest whole timer step -- as finely as a timer that reads in steps can size a shift (no size without a step)."""
     if not p_holm < 0.05:
         return "not distinguishable"
-    n = round(abs(median_gap) / step) if step else -1
+    n = round(abs(gap) / step) if step else -1
     return {-1: "differ", 0: "differ by under one timer step", 1: "differ by about one timer step"}.get(
         n, f"differ by about {n} timer steps")
 
 
-with nt.section("6. A second batch: do two sessions agree?") as s:
+with nt.section("6. A second batch of the same kernel: does it land inside the first's interval?") as s:
     ENV.require("profiler")
     step = nt.needs(STEP, "5")
     rows = []
@@ -438,15 +438,15 @@ with nt.section("6. A second batch: do two sessions agree?") as s:
                                                                                 (100, kept_stats(b, step)))}
         shift, within, p = batch_shift(a, b, step)
         rows.append({"kernel": label("vector add", n), "median_20_us": np.median(a) / 1e3,
-                     "median_100_us": np.median(b) / 1e3, "gap_ns": np.median(b) - np.median(a),
+                     "median_100_us": np.median(b) / 1e3, "gap_ns": np.median(b) - np.median(a), "mean_gap_ns": half[100][0] - half[20][0],
                      "step_%_of_median": 100 * step / np.median(a), "p": p,
                      **{f"CI95_{runs}_us": f"{(m - h) / 1e3:.3f}-{(m + h) / 1e3:.3f}" for runs, (m, h) in half.items()},
                      "shift_%": shift, "shift_CI95_%": f"{shift - within:+.2f} to {shift + within:+.2f}",
                      "CI95_20_+/-%": 100 * half[20][1] / half[20][0]})
     table = pd.DataFrame(rows).set_index("kernel")
-    table["gap_steps"] = table.gap_ns / step if step else np.nan
+    table["gap_steps"], table["mean_gap_steps"] = (table.gap_ns / step, table.mean_gap_ns / step) if step else (np.nan,) * 2
     table["p_holm"] = holm(table.p)
-    table["verdict"] = [batch_verdict(p, gap, step) for p, gap in zip(table.p_holm, table.gap_ns)]
+    table["verdict"] = [batch_verdict(p, gap, step) for p, gap in zip(table.p_holm, table.mean_gap_ns)]
     print(nt.rules(ENV.backend))
     print(f"  timer step {step:.0f} ns; Welch's t on the runs section 5 keeps; p Holm-adjusted over {len(table)} kernels")
     print(table.to_string(float_format="{:,.3g}".format))
@@ -464,8 +464,8 @@ with nt.section("6. A second batch: do two sessions agree?") as s:
               "to the plan's precision" if coarse else f"within the +/-{TARGET:g}% the plan aimed at"))
     differ = step and (table.verdict != "not distinguishable").any()
     resolution = f"; the timer cannot size a shift finer than one step ({step:.0f} ns)" if differ else ""
-    s.result = "; ".join(f"{k}: {r.verdict} (p_holm {r.p_holm:.2g}; means {r['shift_%']:+.1f}% apart, medians "
-                         f"{r.gap_ns:+.0f} ns = {r.gap_steps:+.1f} steps)" for k, r in table.iterrows()) + resolution
+    s.result = "; ".join(f"{k}: {r.verdict} (p_holm {r.p_holm:.2g}; means {r['shift_%']:+.1f}% = {r.mean_gap_steps:+.1f} "
+                         f"steps apart, medians {r.gap_ns:+.0f} ns)" for k, r in table.iterrows()) + resolution
 
 # %% [markdown]
 # ## Takeaways
