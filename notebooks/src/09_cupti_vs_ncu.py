@@ -326,7 +326,10 @@ with nt.section("2. Nsight Compute times the same workload, flushed and not") as
 # - **all − none**: what the flush costs: a cold L2 at each kernel's start, and for a split-K
 #   matmul (two kernels per run) also the flush between its GEMM and its reduction, which then
 #   reads the partial sums from DRAM. A run's kernels are added up, so this table cannot split
-#   those two; the `kernels` column says which rows carry both.
+#   those two; the `kernels` column says which rows carry both. The two settings ran in two
+#   separate `ncu` processes, and the Welch interval covers only the scatter within each: a
+#   difference of about a percent can be the move between two calls (notebook 05 §4 measures
+#   one), not the flush -- read a small "flush" with that in mind.
 # - **the clock columns**: the clock each kernel ran at under Nsight Compute, against the GPU's
 #   rated maximum (`ComputeClock`). A kernel bound by the SM clock takes max/clock times as long,
 #   so `max/clock − 1` is the most the clock can add (`clock bound us`: that share of CUPTI's
@@ -408,7 +411,7 @@ def overhead(side: pd.DataFrame) -> str:
     said = (f"an overhead per kernel rising with the kernel's length, not one fixed cost: about {cost:.2f} us on the short "
             f"kernels; the longer ones exceed it by up to {side['us/kernel'].max() - cost:.2f} us, within each row's interval"
             f" plus what the clock can add (Spearman {rho:+.2f}, p {p:.2f})" if rho > 0 and p < 0.05 else
-            f"a fixed overhead of about {cost:.2f} us per kernel, consistent with every row, no trend with length detected")
+            f"a fixed overhead of about {cost:.2f} us per kernel, consistent with every row, no trend with length detected (Spearman {rho:+.2f}, p {p:.2f}; {len(side)} kernels, a weak test)")
     return said + f"; the clock could add at most {short['clock bound us']:.3f} us to the shortest ({short.op})"
 
 
