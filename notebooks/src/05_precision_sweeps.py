@@ -310,7 +310,7 @@ def check_normalised(rd: pd.DataFrame, times: pd.DataFrame) -> pd.Series:
     measured = times.set_index(["Annotation", "n"]).AvgValue
     back = raw_mean.to_numpy() / measured.loc[list(zip(rd.Annotation, rd.n))].to_numpy()
     print(f"  AvgValue x NormalizationValue over section 2's mean time of the same kernel: {back.min():.3f} to "
-          f"{back.max():.3f}")
+          f"{back.max():.3f}; the largest move: {rd.Annotation.iloc[np.abs(back - 1).argmax()]} n={rd.n.iloc[np.abs(back - 1).argmax()]}")
     nt.claim(((back > 0.9) & (back < 1.1)).all(), "AvgValue x NormalizationValue gives back section 2's raw mean "
              "time in ns (a separate measurement of the same kernels: within 10 %)", f"{back.min():.3f}-{back.max():.3f}")
     other = rd[rd.Annotation != "fp32"]
@@ -401,8 +401,10 @@ with nt.section("5. Plot and % of peak") as s:
 # this session*. It does not cover what moves between sessions -- the clock, the temperature,
 # other work on the GPU; notebook 03 §6 compares two batches of one kernel for this reason.
 # This notebook measures one piece of that: sections 2 and 4 time the same kernels in two
-# separate calls, and section 4 printed how far one kernel's mean moved between them. That
-# **measured move** is the yardstick for a change distinguishable within the batch:
+# separate calls, and section 4 printed how far one kernel's mean moved between them -- the
+# largest move of its eight kernels, named there; one draw, so a rough yardstick, and a
+# generous one for kernels that scatter less. That **measured move** is the yardstick for a
+# change distinguishable within the batch:
 #
 # - no larger than the move: **within run-to-run variation**;
 # - up to twice the move: **rises** or **falls (about the run-to-run variation)** -- a second
@@ -490,7 +492,7 @@ with nt.section("6. The clock beside the largest sizes") as s:
     move = nt.needs(DRIFT, section="4")  # how far one kernel's mean moved between sections 2 and 4
     CHANGE = rate_change(CLOCK, small, large, move)
     print(f"\n  from n={small} to n={large} (p Holm-adjusted over {len(CHANGE)} precisions; against the {move:.1f}% one "
-          f"kernel moved between sections 2 and 4; twice that: {2 * move:.1f}%):")
+          f"kernel moved between sections 2 and 4 (named there); twice that: {2 * move:.1f}%):")
     print(CHANGE.to_string(index=False, float_format="{:,.3g}".format))
     if CLOCK["% at its clock"].notna().any():
         nt.claim((CLOCK["% at its clock"].dropna() <= 100).all(), "no kernel beats its datasheet peak at the clock "

@@ -111,7 +111,9 @@ import evidence_kernels as ek  # written by the cell above, into the work folder
 # Its GB/s counts bytes, not where they came from: where the 8 bytes per element of a size fit
 # in the L2 (the setup cell printed its size), the kernel works **L2-resident** (a warm input
 # with CUPTI; with Nsight Compute's flush, an output the L2 absorbs), so that rate is not the
-# DRAM's. The cell labels each size.
+# DRAM's -- nor the L2's bandwidth: a kernel of a few microseconds spends much of its time
+# launching, ramping up and draining (notebook 04 measures a warm stream like it). The cell
+# labels each size.
 
 # %%
 SIZES = [1 << 20, 1 << 24]
@@ -127,7 +129,7 @@ def gb_per_s(time_ns, n):
 
 def residency(n: int, l2_bytes: int) -> str:
     """Where n floats read once and written once (8 n bytes) can live during the kernel: the L2, or only DRAM."""
-    return "L2-resident (fits in the L2)" if 8 * n <= l2_bytes else "DRAM (larger than the L2)"
+    return "L2-resident (fits in the L2: not a DRAM rate, nor the L2's)" if 8 * n <= l2_bytes else "DRAM (larger than the L2)"
 
 
 def read_back(table: pd.DataFrame, prefix: str, function: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
