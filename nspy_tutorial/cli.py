@@ -21,7 +21,7 @@ def _raise_interrupted(signum: int, frame: object) -> None:
 
 def variables() -> list[tuple[str, str]]:
     """The ``NSPY_TUTORIAL_*`` variables: (name=value, what it does), from the modules that read them."""
-    from nspy_tutorial import bootstrap, ncu_cli, sections
+    from nspy_tutorial import bootstrap, sections
 
     needs = ", ".join((*sections.NEEDS, "cc<major>.<minor>"))
     return [
@@ -31,7 +31,6 @@ def variables() -> list[tuple[str, str]]:
                                              f"whatever it lacked first; needs: {needs} (e.g. cc8.0)"),
         (f"{bootstrap.BACKEND_VAR}={'|'.join(bootstrap.BACKEND_CHOICES)}",
          "do not load Nsight Compute; use the CUPTI backend (unset: Nsight Compute if it loads, else CUPTI)"),
-        (f"{ncu_cli.KEEP_VAR}=DIR", "keep each table read from the ncu command line as DIR/<notebook>--<report>.json"),
         (f"{sections.RESULTS_VAR}=FILE", "where sections append their JSON records; the run sets it, one per notebook"),
         (f"{sections.WORKDIR_VAR}=DIR", f"every notebook writes only under DIR/<notebook> (default ./"
                                        f"{sections.DEFAULT_ROOT}/<notebook>); the run sets a scratch folder it removes"),

@@ -4,7 +4,7 @@
 An ncu of any version still profiles a separate Python in launch mode: :func:`nsight_table` runs a kernels
 module whose ``__main__`` is :func:`replay` (as nsight-python runs a decorated function) and reads the report
 with nsight-python's own extraction and aggregation (not public API: :data:`NSIGHT_TESTED`), so the notebook
-gets the very table the backend returns. ``NSPY_TUTORIAL_KEEP_TABLES`` saves each table (the tests' fixtures).
+gets the very table the backend returns.
 """
 
 import importlib.metadata
@@ -24,7 +24,6 @@ from nspy_tutorial.sections import COUNTERS_CODE, COUNTERS_REMEDY
 
 # Set by nsight-python's Nsight Compute or CUPTI activation in this process; a child must not inherit them.
 INJECTION_VARIABLES = ("NVTX_INJECTION64_PATH", "NV_COMPUTE_PROFILER_PERFWORKS_DIR", "NV_COMPUTE_PROFILER_IN_PROCESS")
-KEEP_VAR = "NSPY_TUTORIAL_KEEP_TABLES"
 NSIGHT_DOMAIN = "nsight-python"  # nsight.annotate opens its ranges in this NVTX domain
 NSIGHT_TESTED = ((1, 1), (1, 2))  # nsight-python >= 1.1, < 1.2: extraction/transformation as read here
 DEFAULTS = {"runs": 10, "metrics": ("gpu__time_duration.sum",), "cache_control": "all", "clock_control": "none",
@@ -164,27 +163,7 @@ def nsight_table(script: str, func, *, ncu: str, timeout: int = 600, **settings)
     print(f"  $ {command_text(cmd)}")
     run(cmd, timeout=timeout)
     passed_on = ("combine_kernel_metrics", "derive_metric", "normalize_against", "ignore_kernel_list")
-    table = read_nsight_table(report, func, s["configs"], s["runs"], s["metrics"], **{k: s.get(k) for k in passed_on})
-    keep_table(table, func, s["configs"], s["runs"], s["metrics"], name=os.path.basename(report).removesuffix(".ncu-rep"))
-    return table
-
-
-def keep_table(table: pd.DataFrame, func, configs: Sequence, runs: int, metrics: Sequence[str],
-               name: str | None = None) -> str | None:
-    """With ``NSPY_TUTORIAL_KEEP_TABLES=<folder>``, save ``table``, its dtypes and the call there as JSON."""
-    folder = os.environ.get(KEEP_VAR)
-    if not folder:
-        return None
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"{os.path.basename(os.getcwd())}--{name or func.__name__}.json")
-    kept = {"call": {"function": func.__name__, "configs": [list(c) for c in as_tuples(configs)], "runs": runs,
-                     "metrics": list(metrics)},
-            "dtypes": {column: str(dtype) for column, dtype in table.dtypes.items()},
-            "table": json.loads(table.to_json(orient="split", index=False))}
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(kept, handle, indent=1)
-        handle.write("\n")
-    return path
+    return read_nsight_table(report, func, s["configs"], s["runs"], s["metrics"], **{k: s.get(k) for k in passed_on})
 
 
 def replay(namespace: dict, argv: Sequence[str] | None = None) -> None:

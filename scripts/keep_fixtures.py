@@ -5,25 +5,30 @@
 The tests read two such folders, ``run1`` and ``run2``, kept by two separate GPU runs: a verdict
 a notebook prints must come out the same from both (``tests/notebook_code.fixture``).
 
-Each notebook is executed with nbclient, strict, with ``NSPY_TUTORIAL_KEEP_TABLES=<out>``:
-every table ``ncu_cli.nsight_table`` reads from the ncu command line is kept by it. Tables
-measured in the notebook's own process (the CUPTI backend's, and 10's metric table) are kept
-by one more cell, run in the same kernel after the notebook (:data:`IN_PROCESS`). A notebook
-that fails, or a table that is missing because its section did not run, fails the script.
+Each notebook is executed with nbclient, strict, after a first cell that makes
+``ncu_cli.nsight_table`` keep every table it reads from the ncu command line
+(:func:`keep_ncu_tables`; the notebooks themselves know nothing of it). Tables measured in the
+notebook's own process (the CUPTI backend's, and 10's metric table) are kept by one more cell,
+run in the same kernel after the notebook (:data:`IN_PROCESS`). A notebook that fails, or a
+table that is missing because its section did not run, fails the script.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import nbclient
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
-KEEP = "from nspy_tutorial.ncu_cli import keep_table\n"
+KEEP_VAR = "NSPY_TUTORIAL_KEEP_TABLES"  # the folder the tables go to, for the notebook's kernel
+FIRST = f"import sys\nsys.path.insert(0, {str(ROOT / 'scripts')!r})\nimport keep_fixtures\nkeep_fixtures.keep_ncu_tables()"
+KEEP = "from keep_fixtures import keep_table\n"
 EVENTS = 'pd.DataFrame({}["events"], columns=["op", "events_ns", "wall_ns"])'  # 09 section 4: one row per launch
 IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its own process
     "06": KEEP + 'print(keep_table(ROOF_RUNS, rk.roofs, [(N_STREAM, M_ROOF, L2, ",".join(PRECISIONS))], 10, [TIME], '
@@ -41,10 +46,43 @@ IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its
 }
 
 
+def keep_table(table, func, configs: Sequence, runs: int, metrics: Sequence[str], name: str | None = None) -> str:
+    """Save ``table``, its column types and the call as ``$NSPY_TUTORIAL_KEEP_TABLES/<notebook>--<name>.json``
+    (the notebook's work folder is the working directory); the path."""
+    folder = os.environ[KEEP_VAR]
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{os.path.basename(os.getcwd())}--{name or func.__name__}.json")
+    configs = [list(c) if isinstance(c, (list, tuple)) else [c] for c in configs]  # as nsight-python binds them
+    kept = {"call": {"function": func.__name__, "configs": configs, "runs": runs, "metrics": list(metrics)},
+            "dtypes": {column: str(dtype) for column, dtype in table.dtypes.items()},
+            "table": json.loads(table.to_json(orient="split", index=False))}
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(kept, handle, indent=1)
+        handle.write("\n")
+    return path
+
+
+def keep_ncu_tables() -> None:
+    """In the notebook's kernel: every table ``ncu_cli.nsight_table`` reads is kept as ``<notebook>--<report>.json``."""
+    from nspy_tutorial import ncu_cli
+
+    read = ncu_cli.nsight_table
+
+    def read_and_keep(script: str, func, **settings):
+        table = read(script, func, **settings)
+        call = {**ncu_cli.DEFAULTS, **settings}
+        report = os.path.basename(call.get("report") or f"{func.__name__}.ncu-rep")
+        keep_table(table, func, call["configs"], call["runs"], call["metrics"], name=report.removesuffix(".ncu-rep"))
+        return table
+
+    ncu_cli.nsight_table = read_and_keep
+
+
 def keep(notebook: Path, out: Path, cell: str | None, timeout: int = 1200) -> None:
     """Run ``notebook`` (then ``cell``, in the same kernel) with its ncu tables kept in ``out``."""
-    os.environ.update({"NSPY_TUTORIAL_KEEP_TABLES": str(out.resolve()), "NSPY_TUTORIAL_STRICT": "1"})
+    os.environ.update({KEEP_VAR: str(out.resolve()), "NSPY_TUTORIAL_STRICT": "1"})
     nb = nbformat.read(notebook, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(FIRST))
     if cell:
         nb.cells.append(nbformat.v4.new_code_cell(cell))
     nbclient.NotebookClient(nb, timeout=timeout, resources={"metadata": {"path": str(notebook.parent)}}).execute()

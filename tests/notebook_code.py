@@ -60,7 +60,7 @@ def import_module(stem: str, module: str, folder: Path):
 
 
 def load_table(path: str | Path) -> tuple[dict, pd.DataFrame]:
-    """A table saved by ``ncu_cli.keep_table``: (the call, the DataFrame with its column types)."""
+    """A table saved by ``scripts/keep_fixtures.py``: (the call, the DataFrame with its column types)."""
     kept = json.loads(Path(path).read_text(encoding="utf-8"))
     split = kept["table"]
     table = pd.DataFrame(split["data"], columns=split["columns"])

@@ -6,8 +6,12 @@ import importlib.util
 import re
 
 import nbformat
+import numpy as np
+import pandas as pd
 import pytest
 from notebook_code import ROOT, load_table, source
+
+from nspy_tutorial import ncu_cli
 
 spec = importlib.util.spec_from_file_location("keep_fixtures", ROOT / "scripts" / "keep_fixtures.py")
 keep_fixtures = importlib.util.module_from_spec(spec)
@@ -18,7 +22,6 @@ STEMS = {"04": "04_cache_and_clock_control", "05": "05_precision_sweeps", "06": 
 
 
 def test_a_cell_run_after_the_notebook_keeps_a_table_the_notebook_made(tmp_path, monkeypatch):
-    monkeypatch.setenv("NSPY_TUTORIAL_KEEP_TABLES", "")
     monkeypatch.setenv("NSPY_TUTORIAL_STRICT", "0")
     folder = tmp_path / "10_tiny"
     folder.mkdir()
@@ -41,3 +44,44 @@ def test_the_cells_keep_only_names_the_notebook_defines(number):
     assert names
     for name in names:  # assigned (at top level or in a section's with block: a global), or imported as it
         assert re.search(rf"^\s*(?:\w+, )*{name}\b[^=\n]*=|^import \w+ as {name}\b|^def {name}\b", src, flags=re.M), name
+
+
+def nsight_shaped_table() -> pd.DataFrame:
+    """Columns and types as nsight-python 1.1's to_dataframe() returns them."""
+    return pd.DataFrame({
+        "Annotation": ["a + b*c", "addcmul"], "Metric": ["dram__bytes.sum"] * 2, "n": [16777216, 16777216],
+        "AvgValue": [3.589e8, 2.53e8], "StdDev": [np.nan, 28736.3], "NumRuns": [1, 3],
+        "Kernel": ["vectorized_elementwise_kernel|vectorized_elementwise_kernel", "vectorized_elementwise_kernel"],
+        "ComputeClock": [1980000, 1980000], "Unit": ["byte", "byte"],
+        "StableMeasurement": pd.array([pd.NA, True], dtype="boolean"), "Normalized": [False, False]})
+
+
+def test_a_kept_table_loads_back_equal_with_its_column_types(tmp_path, monkeypatch):
+    monkeypatch.setenv(keep_fixtures.KEEP_VAR, str(tmp_path / "kept"))
+    monkeypatch.chdir(tmp_path)
+    table = nsight_shaped_table()
+    path = keep_fixtures.keep_table(table, nsight_shaped_table, [16777216], 3, ["dram__bytes.sum"])
+    assert path == str(tmp_path / "kept" / f"{tmp_path.name}--nsight_shaped_table.json")
+    call, back = load_table(path)
+    assert call == {"function": "nsight_shaped_table", "configs": [[16777216]], "runs": 3,
+                    "metrics": ["dram__bytes.sum"]}
+    pd.testing.assert_frame_equal(back, table, check_dtype=False)
+    assert back["StableMeasurement"].dtype == "boolean" and back["n"].dtype == "int64"
+
+
+def test_once_installed_every_table_nsight_table_reads_is_kept_under_its_report_name(tmp_path, monkeypatch):
+    monkeypatch.setenv(keep_fixtures.KEEP_VAR, str(tmp_path / "kept"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ncu_cli, "nsight_table", lambda script, func, **settings: nsight_shaped_table())
+    keep_fixtures.keep_ncu_tables()
+    table = ncu_cli.nsight_table("k.py", nsight_shaped_table, ncu="ncu", configs=[16777216], runs=3,
+                                 report="work-none.ncu-rep", cache_control="none")
+    call, kept = load_table(tmp_path / "kept" / f"{tmp_path.name}--work-none.json")
+    assert call == {"function": "nsight_shaped_table", "configs": [[16777216]], "runs": 3,
+                    "metrics": list(ncu_cli.DEFAULTS["metrics"])}
+    pd.testing.assert_frame_equal(kept, table, check_dtype=False)
+
+
+def test_the_notebooks_do_not_keep_tables_themselves():
+    for path in (ROOT / "notebooks" / "src").glob("*.py"):
+        assert "keep_table" not in path.read_text(encoding="utf-8"), path.name

@@ -15,7 +15,6 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from notebook_code import load_table
 
 from nspy_tutorial import ncu_cli, sections
 
@@ -101,48 +100,17 @@ def test_nsight_table_without_its_module_says_to_run_the_writefile_cell(tmp_path
         ncu_cli.nsight_table(str(tmp_path / "absent.py"), print, ncu="ncu", configs=[1], verbosity=0)
 
 
-def nsight_shaped_table() -> pd.DataFrame:
-    """Columns and types as nsight-python 1.1's to_dataframe() returns them."""
-    return pd.DataFrame({
-        "Annotation": ["a + b*c", "addcmul"], "Metric": ["dram__bytes.sum"] * 2, "n": [16777216, 16777216],
-        "AvgValue": [3.589e8, 2.53e8], "StdDev": [np.nan, 28736.3], "NumRuns": [1, 3],
-        "Kernel": ["vectorized_elementwise_kernel|vectorized_elementwise_kernel", "vectorized_elementwise_kernel"],
-        "ComputeClock": [1980000, 1980000], "Unit": ["byte", "byte"],
-        "StableMeasurement": pd.array([pd.NA, True], dtype="boolean"), "Normalized": [False, False]})
-
-
-def test_a_kept_table_loads_back_equal_with_its_column_types(tmp_path, monkeypatch):
-    monkeypatch.setenv(ncu_cli.KEEP_VAR, str(tmp_path / "kept"))
-    monkeypatch.chdir(tmp_path)
-    table = nsight_shaped_table()
-    path = ncu_cli.keep_table(table, nsight_shaped_table, [16777216], 3, ["dram__bytes.sum"])
-    assert path == str(tmp_path / "kept" / f"{tmp_path.name}--nsight_shaped_table.json")
-    call, back = load_table(path)
-    assert call == {"function": "nsight_shaped_table", "configs": [[16777216]], "runs": 3,
-                    "metrics": ["dram__bytes.sum"]}
-    pd.testing.assert_frame_equal(back, table, check_dtype=False)
-    assert back["StableMeasurement"].dtype == "boolean" and back["n"].dtype == "int64"
-
-
-def test_without_the_variable_nothing_is_kept(monkeypatch):
-    monkeypatch.delenv(ncu_cli.KEEP_VAR, raising=False)
-    assert ncu_cli.keep_table(nsight_shaped_table(), print, [1], 1, ["m"]) is None
-
-
-def test_nsight_table_prints_its_command_runs_it_and_keeps_the_table_it_read(tmp_path, monkeypatch, capsys):
-    """The tests' fixtures are kept by nsight_table itself when NSPY_TUTORIAL_KEEP_TABLES is set."""
+def test_nsight_table_prints_its_command_runs_it_and_returns_the_table_it_read(tmp_path, monkeypatch, capsys):
     (tmp_path / "k.py").write_text(MODULE)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(ncu_cli.KEEP_VAR, str(tmp_path / "kept"))
     read = []
-    monkeypatch.setattr(ncu_cli, "read_nsight_table", lambda report, *a, **k: read.append(report) or nsight_shaped_table())
-    table = ncu_cli.nsight_table("k.py", nsight_shaped_table, ncu=fake_ncu(tmp_path, "", 0), configs=[16777216],
-                                 runs=3, report="work-none.ncu-rep", cache_control="none", verbosity=0)
+    table = pd.DataFrame({"Annotation": ["work"], "AvgValue": [1.0]})
+    monkeypatch.setattr(ncu_cli, "read_nsight_table", lambda report, *a, **k: read.append(report) or table)
+    got = ncu_cli.nsight_table("k.py", print, ncu=fake_ncu(tmp_path, "", 0), configs=[16777216], runs=3,
+                               report="work-none.ncu-rep", cache_control="none", verbosity=0)
     printed = capsys.readouterr().out
     assert printed.startswith("  $ ") and "--cache-control none --clock-control none" in printed
-    assert read == ["work-none.ncu-rep"]
-    call, kept = load_table(tmp_path / "kept" / f"{tmp_path.name}--work-none.json")
-    assert call["runs"] == 3 and len(kept) == len(table)
+    assert read == ["work-none.ncu-rep"] and got is table
 
 
 def fake_ncu(tmp_path, output: str, code: int) -> str:
