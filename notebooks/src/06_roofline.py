@@ -100,7 +100,8 @@ def roofs(n: int, m: int, l2: int, precisions: str) -> None:  # section 1: strea
             op()
     del x, w, v, y, scratch
     k = next(CALLS) % len(ps := precisions.split(","))  # rotated by one each run: each precision first in turn
-    measure({f"{p} matmul": (lambda a=torch.randn(m, m, device="cuda", dtype=DTYPES[p]): a @ a) for p in ps[k:] + ps[:k]})
+    mats = {p: torch.randn(m, m, device="cuda", dtype=DTYPES[p]) for p in ps[k:] + ps[:k]}
+    measure({f"{p} matmul": (lambda a=a: a @ a) for p, a in mats.items()})
 
 
 def attention(q, k, v, backend=None):  # PyTorch's scaled_dot_product_attention on one backend (None: PyTorch's choice)
@@ -114,8 +115,7 @@ def limits(n_mm: int, n_vec: int, rows: int, b: int, h: int, s: int, dh: int, ha
     vec, m = torch.randn(n_vec, device="cuda"), torch.randn(rows, 1024, device="cuda")
     measure({"fp16 matmul": lambda: a @ a, "x * 2": lambda: vec * 2.0, "softmax [rows x 1024]": lambda: torch.softmax(m, dim=-1)})
     dt, d = DTYPES[half], h * dh
-    x, w_qkv = torch.randn(b * s, d, device="cuda", dtype=dt), torch.randn(d, 3 * d, device="cuda", dtype=dt)
-    scores = torch.randn(b, h, s, s, device="cuda", dtype=dt)
+    x, w_qkv, scores = (torch.randn(*shape, device="cuda", dtype=dt) for shape in ((b * s, d), (d, 3 * d), (b, h, s, s)))
     q, k, v = (torch.randn(b, h, s, dh, device="cuda", dtype=dt) for _ in range(3))
     measure({"QKV projection": lambda: x @ w_qkv, "attention softmax": lambda: torch.softmax(scores, dim=-1)})
     for name in (MATH_FP32, MATH_HALF):  # PyTorch upcasts fp16/bf16 to fp32 unless told to keep them (PyTorch 2.5+)
