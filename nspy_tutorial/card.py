@@ -145,12 +145,11 @@ class Card:
         self.progress = os.fdopen(config.getoption("nspy_progress_fd"), "w", buffering=1)
         self.entries: list[dict[str, Any]] = []
         self.started_at = now()
-
-    def label(self, item: pytest.Item) -> str:
-        return f"[{len(self.entries) + 1}/{item.session.testscollected}] {item.path.stem} ..."
+        self.label = ""  # the running notebook's progress line, e.g. "[2/10] 02_first_profile ..."
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        print(self.label(item), file=self.progress)
+        self.label = f"[{len(self.entries) + 1}/{item.session.testscollected}] {item.path.stem} ..."
+        print(self.label, file=self.progress)
         os.environ[RESULTS_VAR] = str(self.out / f"{item.path.stem}.jsonl")  # the kernel nbmake starts inherits it
 
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> None:
@@ -161,7 +160,7 @@ class Card:
             counts = ", ".join(f"{entry['counts'][status]} {status}" for status in STATUSES)
             done = f"FAILED after {entry['seconds']:.1f} s: {counts}; {error}" if error else \
                 f"done in {entry['seconds']:.1f} s: {counts}"
-            print(f"{self.label(item)} {done}", file=self.progress)
+            print(f"{self.label} {done}", file=self.progress)
             self.entries.append(entry)
 
     def pytest_sessionfinish(self, exitstatus: int) -> None:
@@ -177,5 +176,4 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("nspy_card"):
-        config.pluginmanager.register(Card(config), "nspy-card")
+    config.pluginmanager.register(Card(config), "nspy-card")

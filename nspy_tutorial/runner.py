@@ -63,10 +63,9 @@ def prepare_out(out: Path) -> Path:
 
 
 def run_pytest(notebooks: list[Path], staging: Path, scratch: Path, timeout: int) -> int:
-    """pytest with nbmake and the card plug-in (nothing else loaded) over copies of the notebooks in
-    ``staging``, in a session of its own; echo its progress lines, its output goes to ``scratch``/log. On
-    Ctrl-C/SIGTERM send it SIGINT, which stops its kernel, and kill it after :data:`STOP_GRACE_SECONDS` (the
-    kernel, losing its parent, exits)."""
+    """pytest, nbmake and the card plug-in alone, in a session of its own, on copies of the notebooks; echo its
+    progress lines. On Ctrl-C/SIGTERM send it SIGINT, which stops its kernel, and kill it after
+    :data:`STOP_GRACE_SECONDS` (the kernel, losing its parent, exits)."""
     (staging / "notebooks").mkdir()
     copies = [str(shutil.copy(path, staging / "notebooks")) for path in notebooks]
     (scratch / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
@@ -97,8 +96,7 @@ def run_pytest(notebooks: list[Path], staging: Path, scratch: Path, timeout: int
 
 
 def run(notebooks_dir: Path | None, out: Path, only: list[str] | None, timeout: int) -> int:
-    """Run the notebooks (default: the clone's), publish the card in ``out``; return the exit code. A mistyped
-    ``NSPY_TUTORIAL_*`` value raises :class:`~nspy_tutorial.sections.SettingError` before anything runs."""
+    """Run the notebooks (default: the clone's), publish the card in ``out``; return the exit code."""
     check_settings()
     backend_choice()
     notebooks = find_notebooks(notebooks_dir or CLONE_NOTEBOOKS, only)
