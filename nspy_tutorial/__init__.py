@@ -5,39 +5,17 @@
 
 import importlib
 
-_HOME = {
-    "Environment": ("environment", "Environment"),
-    "setup": ("bootstrap", "setup"),
-    "banner": ("display", "banner"),
-    "short_kernel_name": ("display", "short_kernel_name"),
-    "show": ("display", "show"),
-    "nvml_handle": ("gpu_facts", "nvml_handle"),
-    "rules": ("display", "rules"),
-    "Skip": ("sections", "Skip"),
-    "claim": ("sections", "claim"),
-    "needs": ("sections", "needs"),
-    "section": ("sections", "section"),
-    "summary": ("sections", "summary"),
-}
-
-__all__ = ["Environment", "Skip", "banner", "claim", "needs", "nvml_handle", "rules", "section", "setup",
-           "short_kernel_name", "show", "summary"]
+_HOME = {"Environment": "environment", "setup": "bootstrap", "nvml_handle": "gpu_facts",
+         "banner": "display", "rules": "display", "short_kernel_name": "display", "show": "display",
+         "Skip": "sections", "claim": "sections", "needs": "sections", "section": "sections", "summary": "sections"}
+__all__ = sorted(_HOME)
 
 
 def __getattr__(name: str):
-    """The names above, and submodules (``nt.bootstrap``), imported on first use."""
-    if name in _HOME:
-        module, attribute = _HOME[name]
-        value = getattr(importlib.import_module(f"nspy_tutorial.{module}"), attribute)
-        globals()[name] = value
-        return value
-    if not name.startswith("_"):
-        try:
-            return importlib.import_module(f"nspy_tutorial.{name}")
-        except ModuleNotFoundError as missing:
-            if missing.name != f"nspy_tutorial.{name}":
-                raise
-    raise AttributeError(f"module 'nspy_tutorial' has no attribute {name!r}")
+    """A name of ``__all__``, imported from its module on first use."""
+    if name not in _HOME:
+        raise AttributeError(f"module 'nspy_tutorial' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"nspy_tutorial.{_HOME[name]}"), name)
 
 
 def __dir__() -> list[str]:

@@ -1,6 +1,6 @@
-"""The results card: a pytest plug-in (``-p nspy_tutorial.card --nspy-card DIR``) that points
-``NSPY_TUTORIAL_RESULTS`` at one records file per notebook, prints a progress line before and after each,
-and at the end writes ``DIR/results.json`` and ``DIR/results.md`` (not when the run was interrupted).
+"""The results card: the runner's pytest plug-in (``-p nspy_tutorial.card --nspy-card DIR --nspy-progress-fd FD``)
+that points ``NSPY_TUTORIAL_RESULTS`` at one records file per notebook, prints a progress line to FD before and
+after each, and at the end writes ``DIR/results.json`` and ``DIR/results.md`` (not when the run was interrupted).
 """
 
 import datetime as dt
@@ -9,7 +9,7 @@ import os
 import platform
 import sys
 from collections import Counter
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,19 +32,15 @@ def plural(count: int, noun: str) -> str:
 
 def read_section_records(path: Path) -> list[SectionRecord]:
     """The records in a JSON-lines file, the last per section (a re-run cell counts); others are warned of."""
-    latest: dict[tuple[str, str], SectionRecord] = {}
-    names = {f.name for f in fields(SectionRecord)}
+    latest: dict[str, SectionRecord] = {}
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines() if path.exists() else [], 1):
         try:
-            data = json.loads(line)
-            if data.get("status") not in STATUSES or not isinstance(data.get("section"), str):
-                raise ValueError
-            record = SectionRecord(**{k: v for k, v in data.items() if k in names})
-        except (ValueError, TypeError, AttributeError):
+            record = SectionRecord(**json.loads(line))
+        except (ValueError, TypeError):  # not JSON, or not a record's fields
             if line.strip():
                 print(f"warning: {path.name}:{number}: not a section record, ignored", file=sys.stderr)
             continue
-        latest[(record.notebook, record.section)] = record
+        latest[record.section] = record
     return list(latest.values())
 
 
@@ -85,12 +81,11 @@ def headline(entries: list[dict[str, Any]]) -> str:
 
 def build_card(entries: list[dict[str, Any]], started_at: str, finished_at: str) -> dict[str, Any]:
     """The results card as plain data, ready for JSON and for :func:`card_markdown`."""
-    sections = Counter(s["status"] for e in entries for s in e["sections"])
     return {"started_at": started_at, "finished_at": finished_at, "headline": headline(entries),
             "machine": {"platform": platform.platform(), "python": platform.python_version()},
             "totals": {"notebooks": len(entries), "notebooks_ok": sum(e["status"] == OK for e in entries),
                        "notebooks_failed": sum(e["status"] != OK for e in entries),
-                       "sections": {status: sections[status] for status in STATUSES},
+                       "sections": {status: sum(e["counts"][status] for e in entries) for status in STATUSES},
                        "seconds": round(sum(e["seconds"] for e in entries), 1)},
             "notebooks": entries}
 
@@ -143,38 +138,29 @@ def stop_reason(excinfo: pytest.ExceptionInfo, path: Path, timeout: int) -> tupl
 
 
 class Card:
-    """The plug-in's state: the progress stream, the records folder, one card entry per notebook."""
+    """The plug-in's state: the progress stream, the card's folder, one card entry per notebook."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.out, self.timeout = config.getoption("nspy_card"), config.getoption("nbmake_timeout")
-        fd = config.getoption("nspy_progress_fd")
-        self.progress = os.fdopen(fd, "w", buffering=1) if fd else sys.stdout
+        self.progress = os.fdopen(config.getoption("nspy_progress_fd"), "w", buffering=1)
         self.entries: list[dict[str, Any]] = []
-        self.started_at, self.total = now(), 0
-
-    def records(self, item: pytest.Item) -> Path:
-        return self.out / "records" / f"{item.path.stem}.jsonl"
-
-    def label(self, item: pytest.Item) -> str:
-        return f"[{len(self.entries) + 1}/{self.total}] {item.path.stem} ..."
-
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.total = len(items)
+        self.started_at = now()
+        self.label = ""  # the running notebook's progress line, e.g. "[2/10] 02_first_profile ..."
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        print(self.label(item), file=self.progress)
-        os.environ[RESULTS_VAR] = str(self.records(item))  # the kernel nbmake starts inherits it
+        self.label = f"[{len(self.entries) + 1}/{item.session.testscollected}] {item.path.stem} ..."
+        print(self.label, file=self.progress)
+        os.environ[RESULTS_VAR] = str(self.out / f"{item.path.stem}.jsonl")  # the kernel nbmake starts inherits it
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Any:
-        yield
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> None:
         if call.when == "call":
             error, cell = stop_reason(call.excinfo, item.path, self.timeout) if call.excinfo else (None, None)
-            entry = notebook_entry(item.path.stem, call.duration, read_section_records(self.records(item)), error, cell)
+            records = read_section_records(Path(os.environ[RESULTS_VAR]))  # what setup pointed the kernel at
+            entry = notebook_entry(item.path.stem, call.duration, records, error, cell)
             counts = ", ".join(f"{entry['counts'][status]} {status}" for status in STATUSES)
             done = f"FAILED after {entry['seconds']:.1f} s: {counts}; {error}" if error else \
                 f"done in {entry['seconds']:.1f} s: {counts}"
-            print(f"{self.label(item)} {done}", file=self.progress)
+            print(f"{self.label} {done}", file=self.progress)
             self.entries.append(entry)
 
     def pytest_sessionfinish(self, exitstatus: int) -> None:
@@ -186,10 +172,8 @@ class Card:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--nspy-card", type=Path, help="write the results card of this nbmake run into this folder")
-    parser.addoption("--nspy-progress-fd", type=int, help="file descriptor for the progress lines (default: stdout)")
+    parser.addoption("--nspy-progress-fd", type=int, help="file descriptor for the progress lines")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("nspy_card"):
-        (config.getoption("nspy_card") / "records").mkdir(parents=True, exist_ok=True)
-        config.pluginmanager.register(Card(config), "nspy-card")
+    config.pluginmanager.register(Card(config), "nspy-card")

@@ -4,64 +4,36 @@ any moment prints one line ``interrupted (SIGINT)``, exits 130 (SIGTERM: 143), l
 
 import signal
 import sys
-import threading
 
+EPILOG = """\
+exit codes:
+  0    every notebook ran without a FAILED section (SKIPPED sections are fine)
+  1    a notebook FAILED (a FAILED section, a cell error or --timeout, unreadable); the others keep their results
+  2    usage error: a bad option or folder, or an NSPY_TUTORIAL_* value it does not accept
+  130  Ctrl-C (SIGINT): the running kernel is stopped, --out is left as it was
+  143  SIGTERM: the same
 
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived: the run stops as after Ctrl-C, and says which signal it was."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+environment variables (README.md says more):
+  NSPY_TUTORIAL_STRICT=1          a FAILED section re-raises, so the notebook stops there (also: true, yes, on)
+  NSPY_TUTORIAL_REQUIRE=NEED,...  a section that lacks one of these needs is FAILED, not SKIPPED, whatever it
+                                  lacked first; needs: {needs},
+                                  cc<major>.<minor> (e.g. cc8.0)
+  NSPY_TUTORIAL_BACKEND=cupti     use the CUPTI backend, do not load Nsight Compute (unset: Nsight Compute if it loads)
+  NSPY_TUTORIAL_RESULTS=FILE      where sections append their JSON records; the run sets it, one per notebook
+  NSPY_TUTORIAL_WORKDIR=DIR       every notebook writes only under DIR/<notebook> (default ./nspy_work/<notebook>)"""
 
 
 def _raise_interrupted(signum: int, frame: object) -> None:
-    raise Interrupted(signum)
-
-
-def variables() -> list[tuple[str, str]]:
-    """The ``NSPY_TUTORIAL_*`` variables: (name=value, what it does), from the modules that read them."""
-    from nspy_tutorial import bootstrap, sections
-
-    needs = ", ".join((*sections.NEEDS, "cc<major>.<minor>"))
-    return [
-        (f"{sections.STRICT_VAR}=1", "a FAILED section re-raises, so the notebook stops there "
-                                     "(on: 1, true, yes, on; off: 0, false, no, off, empty)"),
-        (f"{sections.REQUIRE_VAR}=NEED,...", "a section that lacks one of these needs is FAILED, not SKIPPED, "
-                                             f"whatever it lacked first; needs: {needs} (e.g. cc8.0)"),
-        (f"{bootstrap.BACKEND_VAR}={'|'.join(bootstrap.BACKEND_CHOICES)}",
-         "do not load Nsight Compute; use the CUPTI backend (unset: Nsight Compute if it loads, else CUPTI)"),
-        (f"{sections.RESULTS_VAR}=FILE", "where sections append their JSON records; the run sets it, one per notebook"),
-        (f"{sections.WORKDIR_VAR}=DIR", f"every notebook writes only under DIR/<notebook> (default ./"
-                                       f"{sections.DEFAULT_ROOT}/<notebook>); the run sets a scratch folder it removes"),
-    ]
+    """SIGINT or SIGTERM: stop as after Ctrl-C, with the signal's number as the KeyboardInterrupt's argument."""
+    raise KeyboardInterrupt(signum)
 
 
 def build_parser():  # -> argparse.ArgumentParser (imported here: the signal handlers come first)
     """The command line: one ``run`` subcommand; its --help ends with the exit codes and variables."""
     import argparse
-    import textwrap
     from pathlib import Path
 
-    def listing(title: str, rows: list[tuple[object, str]]) -> str:
-        width = max(len(str(key)) for key, _ in rows)
-        return "\n".join([f"{title}:", *(textwrap.fill(text, 100, initial_indent=f"  {str(key):<{width}}  ",
-                                                       subsequent_indent=" " * (width + 4)) for key, text in rows)])
-
-    class RunParser(argparse.ArgumentParser):
-        def format_help(self) -> str:
-            from nspy_tutorial.runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-
-            exit_codes = [
-                (EXIT_OK, "every notebook ran without a FAILED section (SKIPPED sections are fine)"),
-                (EXIT_FAILED, "a notebook FAILED: a FAILED section, a cell error or --timeout, an unreadable "
-                              "notebook; the other notebooks keep their results"),
-                (EXIT_USAGE, "usage error: a bad option or folder, or an NSPY_TUTORIAL_* value it does not accept"),
-                (128 + signal.SIGINT, "Ctrl-C (SIGINT): the running kernel is stopped, --out is left as it was"),
-                (128 + signal.SIGTERM, "SIGTERM: the same"),
-            ]
-            self.epilog = listing("exit codes", exit_codes) + "\n\n" + listing("environment variables", variables())
-            return super().format_help()
+    from nspy_tutorial.sections import NEEDS
 
     def positive_seconds(text: str) -> int:
         if not (text.isdigit() and int(text) > 0):
@@ -70,9 +42,10 @@ def build_parser():  # -> argparse.ArgumentParser (imported here: the signal han
         return int(text)
 
     parser = argparse.ArgumentParser(prog="nspy-tutorial", description="Run the nspy-tutorial notebooks, write a card.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=RunParser)
+    commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser(
         "run", help="execute the notebooks headless", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG.format(needs=", ".join(NEEDS)),
         description="Execute the NN_*.ipynb notebooks in order with pytest and nbmake, each in its own kernel,\n"
                     "and write <out>/results.md, <out>/results.json and executed copies in <out>/notebooks/.")
     add = run_parser.add_argument
@@ -87,24 +60,23 @@ def build_parser():  # -> argparse.ArgumentParser (imported here: the signal han
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nspy-tutorial`` console script; returns the exit code."""
-    previous = {}
-    if threading.current_thread() is threading.main_thread():  # where Python delivers signals
-        previous = {signum: signal.signal(signum, _raise_interrupted) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {signum: signal.signal(signum, _raise_interrupted) for signum in (signal.SIGINT, signal.SIGTERM)}
     out = None
     try:
         args = build_parser().parse_args(argv)
         out = args.out
         from nspy_tutorial import runner
+        from nspy_tutorial.sections import SettingError
 
         try:
             return runner.run(args.notebooks_dir, args.out, args.only, args.timeout)
-        except runner.RunnerError as error:
+        except (runner.RunnerError, SettingError) as error:
             print(f"nspy-tutorial: error: {error}", file=sys.stderr)
             return runner.EXIT_USAGE
     except KeyboardInterrupt as stop:
         for signum in previous:  # a second Ctrl-C while saying so changes nothing
             signal.signal(signum, signal.SIG_IGN)
-        signum = getattr(stop, "signum", signal.SIGINT)
+        signum = stop.args[0] if stop.args else signal.SIGINT
         kept = f"; {out} left as it was" if out is not None else ""
         print(f"interrupted ({signal.Signals(signum).name}){kept}", file=sys.stderr, flush=True)
         return 128 + signum

@@ -15,19 +15,18 @@ import tempfile
 from pathlib import Path
 
 from nspy_tutorial.bootstrap import backend_choice
-from nspy_tutorial.sections import RESULTS_VAR, WORKDIR_VAR, SettingError, check_settings
+from nspy_tutorial.sections import WORKDIR_VAR, check_settings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 REPOSITORY = "https://github.com/nspy-tutorial/nspy-tutorial"  # scripts/build_notebooks.py REPO
 CLONE_NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"  # in a clone (an editable install)
 NOTEBOOK_NAME = re.compile(r"^(\d+)_.+\.ipynb$")
-CARD_FILES = ("results.json", "results.md", "notebooks")
 PARTIAL = ".nspy-partial-"  # the hidden folder inside --out that a run writes into
 STOP_GRACE_SECONDS = 15  # how long a stopped pytest may take to stop its kernel
 
 
 class RunnerError(Exception):
-    """A problem with the command line, the folders or a variable, reported in one line (exit 2)."""
+    """A problem with the command line or the folders, reported in one line (exit 2)."""
 
 
 def find_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[Path]:
@@ -51,8 +50,6 @@ def find_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[P
 
 def prepare_out(out: Path) -> Path:
     """Make ``out`` (missing, or a previous results folder) and in it the hidden folder the run writes into."""
-    if out.exists() and not out.is_dir():
-        raise RunnerError(f"--out {out} exists and is not a folder")
     others = [p for p in out.iterdir() if not p.name.startswith(PARTIAL)] if out.is_dir() else []
     if others and not (out / "results.json").exists():  # (a killed run's hidden folder does not count)
         raise RunnerError(f"--out {out} exists and does not look like a results folder (no results.json); "
@@ -65,20 +62,21 @@ def prepare_out(out: Path) -> Path:
                           "pass --out a folder you can write to") from None
 
 
-def pytest_command(notebooks: list[Path], staging: Path, ini: Path, timeout: int) -> list[str]:
-    """pytest with nbmake (executed copies kept) and the card plug-in, nothing else loaded."""
-    return [sys.executable, "-m", "pytest", "-c", str(ini), "-p", "nbmake.pytest_plugin", "-p", "nspy_tutorial.card",
-            "-p", "no:cacheprovider", "--noconftest", "-q", "--nbmake", "--overwrite", f"--nbmake-timeout={timeout}",
-            f"--nspy-card={staging}", *map(str, notebooks)]
-
-
-def run_pytest(command: list[str], env: dict[str, str], log: Path) -> int:
-    """Run pytest in a session of its own and echo its progress lines. On Ctrl-C/SIGTERM send it SIGINT, which
-    stops its kernel, and kill it after :data:`STOP_GRACE_SECONDS` (the kernel, losing its parent, exits)."""
+def run_pytest(notebooks: list[Path], staging: Path, scratch: Path, timeout: int) -> int:
+    """pytest, nbmake and the card plug-in alone, in a session of its own, on copies of the notebooks; echo its
+    progress lines. On Ctrl-C/SIGTERM send it SIGINT, which stops its kernel, and kill it after
+    :data:`STOP_GRACE_SECONDS` (the kernel, losing its parent, exits)."""
+    (staging / "notebooks").mkdir()
+    copies = [str(shutil.copy(path, staging / "notebooks")) for path in notebooks]
+    (scratch / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    env = {**os.environ, WORKDIR_VAR: str(scratch / "work"), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     read_fd, write_fd = os.pipe()
-    with open(log, "wb") as output:
-        process = subprocess.Popen([*command, f"--nspy-progress-fd={write_fd}"], env=env, stdin=subprocess.DEVNULL,
-                                   stdout=output, stderr=output, pass_fds=(write_fd,), start_new_session=True)
+    command = [sys.executable, "-m", "pytest", "-c", str(scratch / "pytest.ini"), "-p", "nbmake.pytest_plugin",
+               "-p", "nspy_tutorial.card", "-p", "no:cacheprovider", "--noconftest", "-q", "--nbmake", "--overwrite",
+               f"--nbmake-timeout={timeout}", f"--nspy-card={staging}", f"--nspy-progress-fd={write_fd}", *copies]
+    with open(scratch / "log", "wb") as output:
+        process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+                                   pass_fds=(write_fd,), start_new_session=True)
     os.close(write_fd)
     try:
         with open(read_fd, encoding="utf-8") as progress:
@@ -99,42 +97,32 @@ def run_pytest(command: list[str], env: dict[str, str], log: Path) -> int:
 
 def run(notebooks_dir: Path | None, out: Path, only: list[str] | None, timeout: int) -> int:
     """Run the notebooks (default: the clone's), publish the card in ``out``; return the exit code."""
-    try:
-        check_settings()
-        backend_choice()
-    except SettingError as error:
-        raise RunnerError(str(error)) from None
+    check_settings()
+    backend_choice()
     notebooks = find_notebooks(notebooks_dir or CLONE_NOTEBOOKS, only)
     out = out.absolute()
     missing = [path for path in (out, *out.parents) if not path.exists()]  # what the run creates
-    created, staging, card, log = missing[-1] if missing else None, None, None, ""
+    staging, published = None, False
     try:
         staging = prepare_out(out)
         with tempfile.TemporaryDirectory(prefix="nspy-run-") as scratch:
-            (staging / "notebooks").mkdir()
-            copies = [Path(shutil.copy(path, staging / "notebooks" / path.name)) for path in notebooks]
-            ini = Path(scratch) / "pytest.ini"
-            ini.write_text("[pytest]\n", encoding="utf-8")
-            env = {**os.environ, WORKDIR_VAR: str(Path(scratch) / "work"), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-            env.pop(RESULTS_VAR, None)
-            code = run_pytest(pytest_command(copies, staging, ini, timeout), env, Path(scratch) / "log")
-            if (staging / "results.json").exists():
-                card = json.loads((staging / "results.json").read_text(encoding="utf-8"))
-                for name in CARD_FILES:  # replaced inside out, which itself may be a mount point
-                    if (out / name).is_dir():
-                        shutil.rmtree(out / name)
-                    os.replace(staging / name, out / name)  # a file is replaced in one step
-            else:
+            code = run_pytest(notebooks, staging, Path(scratch), timeout)
+            if not (staging / "results.json").exists():
                 log = (Path(scratch) / "log").read_text(encoding="utf-8", errors="replace").strip()
+                print(f"nspy-tutorial: pytest wrote no results card (exit {code}); {out} left as it was. "
+                      f"Its output:\n{log}", file=sys.stderr)
+                return EXIT_FAILED
+        for name in ("results.json", "results.md", "notebooks"):  # replaced inside out, which may be a mount point
+            if (out / name).is_dir():
+                shutil.rmtree(out / name)
+            os.replace(staging / name, out / name)  # a file is replaced in one step
+        published = True
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-        if created is not None and card is None:
-            shutil.rmtree(created, ignore_errors=True)
-    if card is None:
-        print(f"nspy-tutorial: pytest wrote no results card (exit {code}); {out} left as it was. Its output:\n{log}",
-              file=sys.stderr)
-        return EXIT_FAILED
+        if missing and not published:
+            shutil.rmtree(missing[-1], ignore_errors=True)
+    card = json.loads((out / "results.json").read_text(encoding="utf-8"))
     print(card["headline"])
     print(f"Results card: {out / 'results.md'} (data: {out / 'results.json'})")
     return EXIT_OK if card["totals"]["notebooks_failed"] == 0 else EXIT_FAILED

@@ -359,9 +359,10 @@ def test_a_run_that_writes_no_card_leaves_the_earlier_results(notebooks_dir, tmp
     out = tmp_path / "results"
     out.mkdir()
     (out / "results.json").write_text('{"previous": true}')
-    monkeypatch.setattr(runner, "pytest_command", lambda *_: [sys.executable, "-c", "print('pytest broke')"])
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--no-such-option")  # pytest stops at its command line
     assert run_main(notebooks_dir, out) == 1
-    assert "pytest wrote no results card" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "pytest wrote no results card (exit 4)" in error and "--no-such-option" in error
     assert sorted(p.name for p in out.iterdir()) == ["results.json"]
     assert (out / "results.json").read_text() == '{"previous": true}'
 
