@@ -10,11 +10,9 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from nspy_tutorial import backend, lifetime
 
-CANDIDATES = ("ncu", "cupti", "ncu-cli")
 TIMEOUT = 180  # seconds; a probe that takes longer is counted as hung
 MARKER = "NSPY_PROBE "  # the child's one result line: "NSPY_PROBE ok <row>" or "NSPY_PROBE failed <error>"
 CHILD = [sys.executable, "-m", "nspy_tutorial.probe"]  # what a probe runs (the tests put a fake here)
@@ -38,17 +36,6 @@ class Outcome:
 def machine_key(gpu_name: str | None, driver: str | None) -> str:
     """What a kept outcome depends on besides the candidate and its tool: the GPU, the driver, nsight-python."""
     return f"{gpu_name}|{driver}|nsight-python {backend.installed('nsight-python')}"
-
-
-def cache_file() -> Path:
-    return backend.cache_dir() / "probes.json"
-
-
-def _read_cache() -> dict:
-    try:
-        return json.loads(cache_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
 
 
 def first_error(output: str) -> str:
@@ -82,26 +69,27 @@ def environment(candidate: str, tool: str) -> dict[str, str]:
 def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None = None) -> Outcome:
     """Profile one tiny kernel with ``candidate`` in a child process; ``machine`` (:func:`machine_key`) and
     the tool's path and file key the kept outcome."""
-    if candidate not in CANDIDATES:
-        raise ValueError(f"probe: unknown candidate {candidate!r}; use one of {', '.join(CANDIDATES)}")
     timeout = TIMEOUT if timeout is None else timeout
     try:  # the tool's size and time: one replaced in place is probed again
         stat = os.stat(tool)
         stamp = f"{stat.st_size}:{int(stat.st_mtime)}"
     except OSError:
         stamp = "missing"
-    key = json.dumps([machine, candidate, tool, stamp])
-    kept = _read_cache().get(key)
-    if kept:
-        return Outcome(**{**kept, "cached": True})
+    key, cache = json.dumps([machine, candidate, tool, stamp]), backend.cache_dir() / "probes.json"
+    try:
+        kept = json.loads(cache.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        kept = {}
+    if key in kept:
+        return Outcome(**{**kept[key], "cached": True})
     start = time.perf_counter()
     try:
         code, output = lifetime.run(command(candidate, tool), environment(candidate, tool), timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired:  # not kept: a hang may be passing
         return Outcome(candidate, False, f"no answer within {timeout:g} s: the probe hung and was stopped",
                        round(time.perf_counter() - start, 1))
     seconds = round(time.perf_counter() - start, 1)
-    if candidate == "ncu-cli":
+    if candidate == "ncu-cli":  # ncu's CSV row of the kernel's duration
         rows = [line for line in output.splitlines() if "gpu__time_duration.sum" in line and "==" not in line]
         ok = code == 0 and bool(rows)
         detail = "a kernel's duration, in launch mode" if ok else first_error(output)
@@ -110,10 +98,10 @@ def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None
         ok = code == 0 and bool(result)
         detail = result[-1].removeprefix(MARKER + "ok ") if ok else first_error(output)
     outcome = Outcome(candidate, ok, detail, seconds)
+    kept[key] = dataclasses.asdict(outcome)
     try:
-        cache_file().parent.mkdir(parents=True, exist_ok=True)
-        cache_file().write_text(json.dumps({**_read_cache(), key: dataclasses.asdict(outcome)}, indent=1),
-                                encoding="utf-8")
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(kept, indent=1), encoding="utf-8")
     except OSError:  # a read-only home only costs a probe next time
         pass
     return outcome
