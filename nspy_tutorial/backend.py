@@ -140,16 +140,14 @@ def cache_dir() -> Path:
 
 
 def cupti_install_command() -> list[str]:
-    """pip installs cupti-python and libcupti 13.4, pinned, into a folder of their own (:func:`use_cupti_target`),
-    so that Colab's CUDA 12 packages stay untouched."""
+    """pip installs cupti-python and libcupti 13.4, pinned, into a folder of their own: Colab's CUDA 12 stays."""
     versions = pins()
     wanted = [f"{name}=={versions[name]}" if name in versions else name for name in CUPTI_PACKAGES]
     return [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache_dir() / "cupti"), *wanted]
 
 
 def use_cupti_target() -> tuple[CuptiLibrary | None, str | None]:
-    """:func:`cupti_install_command`'s folder on this process's path and its children's; (its libcupti, or why it
-    is not usable)."""
+    """:func:`cupti_install_command`'s folder on this process's path and its children's; (its libcupti, or why not)."""
     folder = str(cache_dir() / "cupti")
     if not os.path.isdir(os.path.join(folder, "cupti")):
         return None, f"cupti-python is not installed (looked in {folder})"

@@ -1,8 +1,7 @@
 """``ENV = setup("NN_topic")``, every notebook's first code cell. In order: refuse if CUDA already started;
 the GPU and driver from NVML; the ncu installs (on Colab a new-enough one installed first); each backend
 tried in a child process (:mod:`probe`), best first; only the one that worked loaded here; then CUDA starts
-and one banner is printed. Notebook 01 takes these steps as cells: ``steps="manual"``, then ``setup.finish``.
-"""
+and one banner is printed. Notebook 01 takes these steps as cells: ``steps="manual"``, then ``setup.finish``."""
 
 import dataclasses
 import os
@@ -83,8 +82,7 @@ def driver_problem(env: Environment, tool: str) -> str | None:
 
 def install_on_colab(what: str, cmd: list[str], size: str) -> str | None:
     """Run an install in the foreground, its output shown as it comes; None, or why it failed."""
-    print(f"  installing {what}: {size}; output below as it comes")
-    print(f"  $ {' '.join(cmd)}")
+    print(f"  installing {what}: {size}; output below as it comes\n  $ {' '.join(cmd)}")
     try:
         code, output = lifetime.run(cmd, dict(os.environ), INSTALL_TIMEOUT, echo=True)
     except subprocess.TimeoutExpired:
@@ -92,7 +90,8 @@ def install_on_colab(what: str, cmd: list[str], size: str) -> str | None:
     return None if code == 0 else f"the install of {what} exited {code}: {probe.first_error(output)}"
 
 
-def colab_installs(env: Environment, installs: list[backend.NcuInstall], forced_cupti: bool) -> list[backend.NcuInstall]:
+def colab_installs(env: Environment, installs: list[backend.NcuInstall],
+                   forced_cupti: bool) -> list[backend.NcuInstall]:
     """On Colab: an ncu >= 2026.2.1 beside the preinstalled one unless one is there or the driver rules it out."""
     if forced_cupti or any(i.new_enough for i in installs):
         return installs
@@ -104,7 +103,6 @@ def colab_installs(env: Environment, installs: list[backend.NcuInstall], forced_
                                "the script says the download size first (a few hundred MB; about a minute or two)")
     if problem:
         print(f"  {problem}; the ncu already here stays in use")
-        return installs
     return backend.find_ncu_installs()  # load() puts the one chosen first on PATH
 
 
@@ -201,8 +199,6 @@ def load(chosen: str | None, tool: object) -> tuple[str | None, str | None]:
 def setup(notebook: str, *, steps: str = "auto") -> Environment:
     """Prepare this kernel for profiling and print the banner; ``steps="manual"`` (notebook 01) only looks."""
     global _ENV, _PENDING
-    if steps not in ("auto", "manual"):
-        raise ValueError(f"setup(): steps must be auto or manual, got {steps!r}")
     sections.set_notebook(notebook)
     folder = sections.enter_workdir(notebook)
     if _ENV is not None:
@@ -238,8 +234,7 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
 
 
 def _complete(env: Environment, installs: list[backend.NcuInstall]) -> Environment:
-    """Choose the ncu command line and read the device's facts (the first CUDA use, after nsight), or say there
-    is no GPU (the newest ncu kept for its version); keep and print ``env``."""
+    """The ncu command line and the device's facts (the first CUDA use, after nsight), or "no GPU"; keep, print."""
     global _ENV, _PENDING
     if env.has_gpu:
         choose_cli(env, installs)
@@ -255,8 +250,7 @@ def _complete(env: Environment, installs: list[backend.NcuInstall]) -> Environme
 
 
 def finish(tried: list[probe.Outcome] = ()) -> Environment:
-    """Record what notebook 01's cells did (the probes ``tried``, nsight-python's active tool), then go on as
-    setup does: the ncu command line, the device's facts and the banner."""
+    """Record what notebook 01's cells did (the probes ``tried``, nsight-python's active tool), then end as setup."""
     env = _PENDING
     if env is None:
         raise RuntimeError('setup.finish(): call nt.setup("01_install_ncu", steps="manual") first')

@@ -32,10 +32,9 @@ def gpu_remedy(colab: bool) -> str:
 
 def remedy(problem: str | None, colab: bool, otherwise: str) -> tuple[str, str | None]:
     """(what to do, the need to record instead of the section's own) for a tool's ``problem``."""
-    text = problem or ""
-    if COUNTERS_CODE in text:
+    if COUNTERS_CODE in (problem or ""):
         return COUNTERS_REMEDY, "counters"
-    if "driver" in text.lower():
+    if "driver" in (problem or "").lower():
         return DRIVER_REMEDY[colab], None
     return otherwise, None
 
@@ -67,9 +66,8 @@ class Environment:
         return self.gpu_problem is None
 
     def require(self, what: str, also: str = "") -> None:
-        """:class:`Skip` unless ``what`` is here: ``gpu``, ``profiler`` (either backend), ``ncu`` (the Nsight
-        Compute backend), ``ncu-cli`` (an ncu that works in launch mode); ``also``: a need the section checks later
-        (lacking too without a GPU). The Skip names every need lacking, the one its reason is about first."""
+        """:class:`Skip` unless ``what`` is here: ``gpu``, ``profiler`` (either backend), ``ncu`` (the Nsight Compute
+        backend), ``ncu-cli`` (an ncu that works in launch mode); ``also``: a need the section checks later."""
         if what not in NEEDS:
             raise ValueError(f"require(): unknown need {what!r}; use {', '.join(NEEDS)}")
         if not self.has_gpu:
@@ -138,13 +136,13 @@ def banner_lines(env: Environment) -> list[str]:
     else:
         lines += [f"GPU          none -- {env.gpu_problem}", f"             {gpu_remedy(env.on_colab)}"]
     cuda = f" (supports CUDA {env.driver_cuda[0]}.{env.driver_cuda[1]})" if env.driver_cuda else ""
-    lines.append(f"driver       {env.driver or '-'}{cuda}   torch {backend.installed('torch') or 'not installed'} ({torch_cuda_text(env)})")
-    pinned = backend.pins() or dict.fromkeys(("nsight-python", "cupti-python"))
-    lines.append("nsight       " + ", ".join(f"{name} {backend.installed(name) or 'not installed'}" for name in pinned))
+    torch = f"torch {backend.installed('torch') or 'not installed'} ({torch_cuda_text(env)})"
+    lines.append(f"driver       {env.driver or '-'}{cuda}   {torch}")
+    lines.append("nsight       " + ", ".join(f"{name} {backend.installed(name) or 'not installed'}"
+                                             for name in backend.pins()))
     lines.append(f"backend      {env.backend or 'none'} -- {env.backend_reason}")
-    cli = (f"{backend.version_text(env.ncu_version)}  {env.ncu_path}" if env.ncu_path
-           else f"none -- {env.cli_problem or 'no ncu found'}")
-    lines.append(f"ncu CLI      {cli}")
+    lines.append(f"ncu CLI      {backend.version_text(env.ncu_version)}  {env.ncu_path}" if env.ncu_path
+                 else f"ncu CLI      none -- {env.cli_problem or 'no ncu found'}")
     lines += [f"  tried      {line}" for line in env.probes]
     lines.append(f"python       {platform.python_version()}  colab: {env.on_colab}")
     if env.workdir is not None:

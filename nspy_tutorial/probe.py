@@ -1,8 +1,7 @@
 """Try a profiler in a child process before the notebook's own process commits to it: loading Nsight Compute
 or activating CUPTI cannot be undone, and either can fail for reasons no version predicts. Each candidate
 (``ncu``, ``cupti``, ``ncu-cli``) profiles one tiny kernel in a fresh Python under a timeout; outcomes are
-kept per machine in ``$XDG_CACHE_HOME/nspy-tutorial/probes.json`` (delete it to probe again).
-"""
+kept per machine in ``$XDG_CACHE_HOME/nspy-tutorial/probes.json`` (delete it to probe again)."""
 
 import dataclasses
 import json
@@ -12,6 +11,7 @@ import sys
 import time
 
 from nspy_tutorial import backend, lifetime
+from nspy_tutorial.sections import first_line
 
 TIMEOUT = 180  # seconds; a probe that takes longer is counted as hung
 MARKER = "NSPY_PROBE "  # the child's one result line: "NSPY_PROBE ok <row>" or "NSPY_PROBE failed <error>"
@@ -107,25 +107,9 @@ def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None
     return outcome
 
 
-def _profile_one_kernel() -> str:
-    """In the child: one ``x + 1`` under nsight-python's active tool; the row's duration."""
-    import nsight
-    import torch
-
-    @nsight.analyze.kernel(runs=1, thermal_mode="off", verbosity=nsight.VerbosityLevel.SILENT)
-    def probe(n: int) -> None:
-        x = torch.ones(n, device="cuda")
-        with nsight.annotate("x + 1"):
-            _ = x + 1
-
-    row = probe(1 << 16).to_dataframe().iloc[0]
-    if not row["AvgValue"] > 0:
-        raise RuntimeError(f"the row holds no duration: {row.to_dict()}")
-    return f"{row['Annotation']}: {row['AvgValue'] / 1e3:.1f} us under {nsight.get_active_tool().name}"
-
-
 def child(argv: list[str]) -> int:
-    """``python -m nspy_tutorial.probe ncu <ncu> | cupti <libcupti> | kernel``."""
+    """``python -m nspy_tutorial.probe ncu <ncu> | cupti <libcupti> | kernel``: one ``x + 1`` under that tool
+    (``kernel``: bare, for the ncu command line to profile); prints the row's duration, or the real error."""
     lifetime.watch_owner()
     try:
         if argv[0] == "kernel":  # what ncu launches for the ncu-cli probe: two tiny kernels
@@ -145,11 +129,22 @@ def child(argv: list[str]) -> int:
             raise RuntimeError(str(ncu.injection_load_error or "import nsight did not load Nsight Compute"))
         if argv[0] == "cupti":
             nsight.activate(nsight.Tool.CUPTI)
-        print(MARKER + "ok " + _profile_one_kernel(), flush=True)
+        import torch  # only now: after nsight and its tool
+
+        @nsight.analyze.kernel(runs=1, thermal_mode="off", verbosity=nsight.VerbosityLevel.SILENT)
+        def probe(n: int) -> None:
+            x = torch.ones(n, device="cuda")
+            with nsight.annotate("x + 1"):
+                _ = x + 1
+
+        row = probe(1 << 16).to_dataframe().iloc[0]
+        if not row["AvgValue"] > 0:
+            raise RuntimeError(f"the row holds no duration: {row.to_dict()}")
+        print(f"{MARKER}ok {row['Annotation']}: {row['AvgValue'] / 1e3:.1f} us under {nsight.get_active_tool().name}",
+              flush=True)
         return 0
     except Exception as exc:  # the probe's whole point: report the real error, in one line
-        text = (str(exc).strip().splitlines() or [""])[0]
-        print(f"{MARKER}failed {type(exc).__name__}: {text}", flush=True)
+        print(f"{MARKER}failed {type(exc).__name__}: {first_line(str(exc), 300)}", flush=True)
         return 1
 
 

@@ -347,11 +347,6 @@ def test_a_failed_install_on_colab_is_named_with_its_error(capsys):
 # --------------------------------------------------------------------------
 
 
-def test_setup_rejects_unknown_steps(monkeypatch):
-    with pytest.raises(ValueError, match="'all'"):
-        bootstrap.setup("01_first", steps="all")
-
-
 def test_manual_setup_only_looks(monkeypatch, capsys):
     monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab")  # even on Colab: nothing is installed
     monkeypatch.delenv("NSPY_NCU_INIT_AT_IMPORT")
