@@ -260,13 +260,14 @@ def finish(tried: list[probe.Outcome] = ()) -> Environment:
     import nsight
     from nsight.collection import ncu as nsight_ncu
 
-    active, error, installs = nsight.get_active_tool(), nsight_ncu.injection_load_error, backend.find_ncu_installs()
+    active, installs = nsight.get_active_tool(), backend.find_ncu_installs()
     env.backend = active.name.lower() if active else None  # nsight.Tool.NCU or .CUPTI
     env.probes = [f"{o.candidate}: {o.line()}" for o in tried]
     failed = {o.candidate: f"it failed in a child process: {o.detail}" for o in tried if not o.ok}
     env.backend_reason = f"{active.name} active" if active else "no tool active"
     if env.backend != "ncu":
         _, not_tried = ncu_backend_candidate(env, installs, backend_choice() == "cupti")
+        error = nsight_ncu.injection_load_error
         env.ncu_problem = failed.get("ncu") or not_tried or (
             first_line(str(error)) if error else "not loaded: NSPY_NCU_INIT_AT_IMPORT=0 at `import nsight`")
         env.backend_reason += f"; Nsight Compute backend {env.ncu_problem}"

@@ -75,7 +75,8 @@ def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None
         stamp = f"{stat.st_size}:{int(stat.st_mtime)}"
     except OSError:
         stamp = "missing"
-    key, cache = json.dumps([machine, candidate, tool, stamp]), backend.cache_dir() / "probes.json"
+    key = json.dumps([machine, candidate, tool, stamp])
+    cache = backend.cache_dir() / "probes.json"
     try:
         kept = json.loads(cache.read_text(encoding="utf-8"))
     except (OSError, ValueError):
