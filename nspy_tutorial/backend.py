@@ -140,15 +140,15 @@ def cache_dir() -> Path:
 
 
 def cupti_install_command() -> list[str]:
-    """pip installs cupti-python and libcupti 13.4, pinned, into :func:`cupti_target` alone."""
+    """pip installs cupti-python and libcupti 13.4, pinned, into a folder of their own: Colab's CUDA 12 stays."""
     versions = pins()
     wanted = [f"{name}=={versions[name]}" if name in versions else name for name in CUPTI_PACKAGES]
-    return [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cupti_target()), *wanted]
+    return [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache_dir() / "cupti"), *wanted]
 
 
 def use_cupti_target() -> tuple[CuptiLibrary | None, str | None]:
-    """:func:`cupti_target` on this process's path and its children's; (its libcupti, or why it is not usable)."""
-    folder = str(cupti_target())
+    """:func:`cupti_install_command`'s folder on this process's path and its children's; (its libcupti, or why not)."""
+    folder = str(cache_dir() / "cupti")
     if not os.path.isdir(os.path.join(folder, "cupti")):
         return None, f"cupti-python is not installed (looked in {folder})"
     if folder not in sys.path:
@@ -157,11 +157,6 @@ def use_cupti_target() -> tuple[CuptiLibrary | None, str | None]:
         importlib.invalidate_caches()
     library = find_cupti_library([folder])
     return library, cupti_problem(library, True)
-
-
-def cupti_target() -> Path:
-    """Where Colab's CUPTI packages go: a folder of their own, so Colab's CUDA 12 packages stay untouched."""
-    return cache_dir() / "cupti"
 
 
 def installer_path() -> Path:

@@ -1,8 +1,7 @@
 """``ENV = setup("NN_topic")``, every notebook's first code cell. In order: refuse if CUDA already started;
 the GPU and driver from NVML; the ncu installs (on Colab a new-enough one installed first); each backend
 tried in a child process (:mod:`probe`), best first; only the one that worked loaded here; then CUDA starts
-and one banner is printed. Notebook 01 takes these steps as cells: ``steps="manual"``, then ``setup.finish``.
-"""
+and one banner is printed. Notebook 01 takes these steps as cells: ``steps="manual"``, then ``setup.finish``."""
 
 import dataclasses
 import os
@@ -18,6 +17,7 @@ BACKEND_VAR = "NSPY_TUTORIAL_BACKEND"
 BACKEND_CHOICES = ("cupti",)  # or unset/empty: Nsight Compute if it works here, else CUPTI
 CUDA13_DRIVER = (13, 0)  # CUDA 13 tools (CUPTI 13.4, Nsight Compute 2026.x) need a driver for it: R580+
 INSTALL_TIMEOUT = 1200  # seconds for the Colab installs
+NEW_NCU = "Nsight Compute >= 2026.2.1"  # what nsight-python's Nsight Compute backend needs
 
 
 class CudaAlreadyInitialised(RuntimeError):
@@ -34,9 +34,8 @@ class Gpu:
     problem: str | None  # why there is no usable GPU
 
 
-
 _ENV: Environment | None = None
-_PENDING: tuple[Environment, Gpu] | None = None  # setup(steps="manual") before setup.finish()
+_PENDING: Environment | None = None  # setup(steps="manual") before setup.finish()
 
 
 def on_colab() -> bool:
@@ -73,18 +72,17 @@ def probe_gpu() -> Gpu:
         return Gpu(None, None, None, f"no NVIDIA driver or GPU found ({type(exc).__name__}: {exc})")
 
 
-def driver_problem(gpu: Gpu, tool: str) -> str | None:
+def driver_problem(env: Environment, tool: str) -> str | None:
     """Why this driver rules out ``tool`` (a CUDA 13 tool, needing R580 or newer), or None."""
-    if gpu.driver_cuda is None or gpu.driver_cuda >= CUDA13_DRIVER:
+    if env.driver_cuda is None or env.driver_cuda >= CUDA13_DRIVER:
         return None
-    return (f"{tool} needs a driver for CUDA {CUDA13_DRIVER[0]} (R580 or newer); driver {gpu.driver} supports "
-            f"CUDA {gpu.driver_cuda[0]}.{gpu.driver_cuda[1]}")
+    return (f"{tool} needs a driver for CUDA {CUDA13_DRIVER[0]} (R580 or newer); driver {env.driver} supports "
+            f"CUDA {env.driver_cuda[0]}.{env.driver_cuda[1]}")
 
 
 def install_on_colab(what: str, cmd: list[str], size: str) -> str | None:
     """Run an install in the foreground, its output shown as it comes; None, or why it failed."""
-    print(f"  installing {what}: {size}; output below as it comes")
-    print(f"  $ {' '.join(cmd)}")
+    print(f"  installing {what}: {size}; output below as it comes\n  $ {' '.join(cmd)}")
     try:
         code, output = lifetime.run(cmd, dict(os.environ), INSTALL_TIMEOUT, echo=True)
     except subprocess.TimeoutExpired:
@@ -92,50 +90,46 @@ def install_on_colab(what: str, cmd: list[str], size: str) -> str | None:
     return None if code == 0 else f"the install of {what} exited {code}: {probe.first_error(output)}"
 
 
-def colab_installs(gpu: Gpu, installs: list[backend.NcuInstall], forced_cupti: bool) -> list[backend.NcuInstall]:
+def colab_installs(env: Environment, installs: list[backend.NcuInstall],
+                   forced_cupti: bool) -> list[backend.NcuInstall]:
     """On Colab: an ncu >= 2026.2.1 beside the preinstalled one unless one is there or the driver rules it out."""
     if forced_cupti or any(i.new_enough for i in installs):
         return installs
-    problem = driver_problem(gpu, "Nsight Compute >= 2026.2.1")
+    problem = driver_problem(env, NEW_NCU)
     if problem:
-        print(f"  not installing Nsight Compute >= 2026.2.1: {problem}; {DRIVER_REMEDY[True]}")
+        print(f"  not installing {NEW_NCU}: {problem}; {DRIVER_REMEDY[True]}")
         return installs
-    problem = install_on_colab("Nsight Compute >= 2026.2.1", ["bash", str(backend.installer_path())],
+    problem = install_on_colab(NEW_NCU, ["bash", str(backend.installer_path())],
                                "the script says the download size first (a few hundred MB; about a minute or two)")
     if problem:
         print(f"  {problem}; the ncu already here stays in use")
-        return installs
-    found = backend.find_ncu_installs()
-    newest = backend.choose_ncu(found)
-    if newest is not None and newest.new_enough:
-        backend.put_first_on_path(os.path.dirname(newest.path))
-    return found
+    return backend.find_ncu_installs()  # load() puts the one chosen first on PATH
 
 
-def ncu_backend_candidate(gpu: Gpu, installs: list[backend.NcuInstall],
+def ncu_backend_candidate(env: Environment, installs: list[backend.NcuInstall],
                           forced_cupti: bool) -> tuple[backend.NcuInstall | None, str | None]:
     """The ncu to try the Nsight Compute backend with, or why there is none to try."""
     if forced_cupti:
         return None, f"not tried: {BACKEND_VAR}=cupti"
-    newest, problem = backend.choose_ncu(installs), driver_problem(gpu, "Nsight Compute >= 2026.2.1")
-    if (newest is None or not newest.new_enough) and problem:
+    newest, problem = backend.choose_ncu(installs), driver_problem(env, NEW_NCU)
+    if newest is not None and newest.new_enough:
+        return newest, None
+    if problem:
         return None, f"not tried: {problem}"
     if newest is None:
         return None, "not tried: no ncu on PATH or under /opt/nvidia/nsight-compute"
-    if not newest.new_enough:
-        return None, (f"not tried: the newest ncu here, {newest.path}, is {backend.version_text(newest.version)}; "
-                      f"nsight-python needs {backend.version_text(backend.MIN_NCU_VERSION)} or newer")
-    return newest, None
+    return None, (f"not tried: the newest ncu here, {newest.path}, is {backend.version_text(newest.version)}; "
+                  f"nsight-python needs {backend.version_text(backend.MIN_NCU_VERSION)} or newer")
 
 
-def cupti_candidate(gpu: Gpu, colab: bool) -> tuple[backend.CuptiLibrary | None, str | None]:
+def cupti_candidate(env: Environment) -> tuple[backend.CuptiLibrary | None, str | None]:
     """The libcupti to try the CUPTI backend with (on Colab, installed first), or why there is none."""
-    problem = driver_problem(gpu, "CUPTI 13.4")
+    problem = driver_problem(env, "CUPTI 13.4")
     if problem:
         return None, f"not tried: {problem}"
     library = backend.find_cupti_library()
     problem = backend.cupti_problem(library, backend.cupti_python_available())
-    if problem and colab:
+    if problem and env.on_colab:
         failed = install_on_colab("cupti-python and libcupti 13.4 (beside Colab's own CUDA 12 packages)",
                                   backend.cupti_install_command(), "about 10 MB")
         library, problem = backend.use_cupti_target()
@@ -143,20 +137,20 @@ def cupti_candidate(gpu: Gpu, colab: bool) -> tuple[backend.CuptiLibrary | None,
     return (None, problem) if problem else (library, None)
 
 
-def try_backends(env: Environment, gpu: Gpu, installs: list[backend.NcuInstall], forced_cupti: bool) -> object:
-    """Step 4, into ``env``; what to load: the ncu, the libcupti or None."""
-    ncu, env.ncu_problem = ncu_backend_candidate(gpu, installs, forced_cupti)
+def try_backends(env: Environment, installs: list[backend.NcuInstall], forced_cupti: bool) -> object:
+    """Step 4, into ``env``: the Nsight Compute backend, else CUPTI; what to load: the ncu, the libcupti or None."""
+    ncu, env.ncu_problem = ncu_backend_candidate(env, installs, forced_cupti)
     if ncu is not None:
-        tried = probe.try_candidate("ncu", ncu.path, probe.machine_key(gpu.name, gpu.driver))
+        tried = probe.try_candidate("ncu", ncu.path, probe.machine_key(env.gpu_name, env.driver))
         env.probes.append(f"Nsight Compute backend with {ncu.path}: {tried.line()}")
         if tried.ok:
             env.backend, env.backend_reason = "ncu", "the Nsight Compute backend profiled a kernel in a child process"
             return ncu
         env.ncu_problem = f"it failed in a child process: {tried.detail}"
-    library, env.cupti_problem = cupti_candidate(gpu, env.on_colab)
+    library, env.cupti_problem = cupti_candidate(env)
     env.backend_reason = f"Nsight Compute backend {env.ncu_problem}; "
     if library is not None:
-        tried = probe.try_candidate("cupti", library.path, probe.machine_key(gpu.name, gpu.driver))
+        tried = probe.try_candidate("cupti", library.path, probe.machine_key(env.gpu_name, env.driver))
         env.probes.append(f"CUPTI backend with {library.path}: {tried.line()}")
         if tried.ok:
             env.backend = "cupti"
@@ -167,10 +161,10 @@ def try_backends(env: Environment, gpu: Gpu, installs: list[backend.NcuInstall],
     return None
 
 
-def choose_cli(env: Environment, gpu: Gpu, installs: list[backend.NcuInstall]) -> None:
+def choose_cli(env: Environment, installs: list[backend.NcuInstall]) -> None:
     """The ncu command line into ``env``: the newest ncu that profiles a kernel in launch mode, or why none."""
     failed = [] if installs else ["no ncu on PATH or under /opt/nvidia/nsight-compute"]
-    machine = probe.machine_key(gpu.name, gpu.driver)
+    machine = probe.machine_key(env.gpu_name, env.driver)
     for install in sorted(installs, key=lambda i: i.version or (), reverse=True):
         tried = probe.try_candidate("ncu-cli", install.path, machine)
         env.probes.append(f"ncu command line {install.path} ({backend.version_text(install.version)}): {tried.line()}")
@@ -202,14 +196,9 @@ def load(chosen: str | None, tool: object) -> tuple[str | None, str | None]:
     return chosen, None
 
 
-STEPS = ("auto", "manual")
-
-
 def setup(notebook: str, *, steps: str = "auto") -> Environment:
     """Prepare this kernel for profiling and print the banner; ``steps="manual"`` (notebook 01) only looks."""
     global _ENV, _PENDING
-    if steps not in STEPS:
-        raise ValueError(f"setup(): steps must be one of {', '.join(STEPS)}, got {steps!r}")
     sections.set_notebook(notebook)
     folder = sections.enter_workdir(notebook)
     if _ENV is not None:
@@ -222,77 +211,69 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
             "and torch may already hold its own libcupti, so setup refuses whichever backend would be chosen. Restart "
             "the kernel (Colab: Runtime -> Restart session) and run the setup cell before anything that touches the GPU.")
     forced_cupti = backend_choice() == "cupti"  # a mistyped NSPY_TUTORIAL_BACKEND fails here, before anything slow
-    colab, gpu, installs = on_colab(), probe_gpu(), backend.find_ncu_installs()
-    env = Environment(notebook=notebook, on_colab=colab, gpu_name=gpu.name, gpu_problem=gpu.problem,
+    gpu, installs = probe_gpu(), backend.find_ncu_installs()
+    env = Environment(notebook=notebook, on_colab=on_colab(), gpu_name=gpu.name, gpu_problem=gpu.problem,
                       driver=gpu.driver, driver_cuda=gpu.driver_cuda, workdir=folder)
     if steps == "manual":
         env.backend_reason = "not chosen yet: the cells of this notebook do it, then setup.finish() records it"
-        _PENDING = (env, gpu)
+        _PENDING = env
         found = ", ".join(f"{i.path} ({backend.version_text(i.version)})" for i in installs) or "none"
         print(f"setup({notebook!r}, steps='manual'): looked only, nothing installed, tried, loaded or imported\n"
               f"  GPU (NVML, CUDA not started): {gpu.name or 'none -- ' + str(gpu.problem)}, driver {gpu.driver}\n"
               f"  ncu found: {found}\n  work folder (every file this notebook writes): {folder}")
         return env
-    if gpu.problem is not None:
-        os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"
-        import nsight  # noqa: F401 -- the notebooks import it; nothing to load without a GPU
-
-        env.backend_reason = env.ncu_problem = env.cupti_problem = env.cli_problem = "no GPU"
-        newest = backend.choose_ncu(installs)
-        env.ncu_path, env.ncu_version = (newest.path, newest.version) if newest else (None, None)
-        return _complete(env)
-    if colab:
-        installs = colab_installs(gpu, installs, forced_cupti)
-    tool = try_backends(env, gpu, installs, forced_cupti)
-    choose_cli(env, gpu, installs)
+    if env.has_gpu and env.on_colab:
+        installs = colab_installs(env, installs, forced_cupti)
+    tool = try_backends(env, installs, forced_cupti) if env.has_gpu else None
     chosen = env.backend
     env.backend, problem = load(chosen, tool)
     if problem:
         env.backend_reason += f"; but {problem}"
         setattr(env, "ncu_problem" if chosen == "ncu" else "cupti_problem", problem)
-    return _complete(env)
+    return _complete(env, installs)
 
 
-def _complete(env: Environment) -> Environment:
-    """Read the device's facts (the first CUDA use, after nsight), keep and print ``env``."""
+def _complete(env: Environment, installs: list[backend.NcuInstall]) -> Environment:
+    """The ncu command line and the device's facts (the first CUDA use, after nsight), or "no GPU"; keep, print."""
     global _ENV, _PENDING
     if env.has_gpu:
+        choose_cli(env, installs)
         env.facts = device_facts()
         env.datasheet = datasheet_for(env.facts.name)
+    else:
+        env.backend_reason = env.ncu_problem = env.cupti_problem = env.cli_problem = "no GPU"
+        newest = backend.choose_ncu(installs)
+        env.ncu_path, env.ncu_version = (newest.path, newest.version) if newest else (None, None)
     _ENV, _PENDING = env, None
     print_banner(env)
     return env
 
 
 def finish(tried: list[probe.Outcome] = ()) -> Environment:
-    """Record what notebook 01's cells did (the probes ``tried``, nsight-python's active tool), choose the
-    ncu command line as setup would, and print the banner."""
-    if _PENDING is None:
+    """Record what notebook 01's cells did (the probes ``tried``, nsight-python's active tool), then end as setup."""
+    env = _PENDING
+    if env is None:
         raise RuntimeError('setup.finish(): call nt.setup("01_install_ncu", steps="manual") first')
-    env, gpu = _PENDING
     if env.has_gpu and "nsight" not in sys.modules:
         raise RuntimeError("setup.finish(): `import nsight` has not run yet; run the cell that imports it first "
                            "(reading the device's facts starts CUDA, which must come after nsight)")
     import nsight
     from nsight.collection import ncu as nsight_ncu
 
+    active, installs = nsight.get_active_tool(), backend.find_ncu_installs()
+    env.backend = active.name.lower() if active else None  # nsight.Tool.NCU or .CUPTI
     env.probes = [f"{o.candidate}: {o.line()}" for o in tried]
     failed = {o.candidate: f"it failed in a child process: {o.detail}" for o in tried if not o.ok}
-    active = nsight.get_active_tool()
-    env.backend = "ncu" if active == nsight.Tool.NCU else "cupti" if active == nsight.Tool.CUPTI else None
-    error = nsight_ncu.injection_load_error
-    installs = backend.find_ncu_installs()
-    _, not_tried = ncu_backend_candidate(gpu, installs, backend_choice() == "cupti")
-    env.ncu_problem = None if env.backend == "ncu" else failed.get("ncu") or not_tried or (
-        first_line(str(error)) if error else "not loaded: NSPY_NCU_INIT_AT_IMPORT=0 at `import nsight`")
-    env.cupti_problem = None if env.backend == "cupti" else failed.get("cupti") or "not activated"
-    if not env.has_gpu:
-        env.ncu_problem = env.cupti_problem = env.cli_problem = env.backend_reason = "no GPU"
-        return _complete(env)
-    env.backend_reason = (f"{active.name} active" if active else "no tool active") + \
-        (f"; Nsight Compute backend {env.ncu_problem}" if env.backend != "ncu" else "")
-    choose_cli(env, gpu, installs)
-    return _complete(env)
+    env.backend_reason = f"{active.name} active" if active else "no tool active"
+    if env.backend != "ncu":
+        _, not_tried = ncu_backend_candidate(env, installs, backend_choice() == "cupti")
+        error = nsight_ncu.injection_load_error
+        env.ncu_problem = failed.get("ncu") or not_tried or (
+            first_line(str(error)) if error else "not loaded: NSPY_NCU_INIT_AT_IMPORT=0 at `import nsight`")
+        env.backend_reason += f"; Nsight Compute backend {env.ncu_problem}"
+    if env.backend != "cupti":
+        env.cupti_problem = failed.get("cupti") or "not activated"
+    return _complete(env, installs)
 
 
 setup.finish = finish  # type: ignore[attr-defined]

@@ -5,7 +5,7 @@ import dataclasses
 import platform
 from pathlib import Path
 
-from nspy_tutorial import backend, sections
+from nspy_tutorial import backend
 from nspy_tutorial.display import banner
 from nspy_tutorial.gpu_facts import Datasheet, DeviceFacts
 from nspy_tutorial.sections import COUNTERS_CODE, COUNTERS_REMEDY, Skip
@@ -19,7 +19,10 @@ CUPTI_REMEDY = "pip install 'nspy-tutorial[cupti]' (the README shows how to inst
 DRIVER_REMEDY = {True: "a Colab notebook cannot change the NVIDIA driver: these sections stay skipped on this runtime",
                  False: "update the NVIDIA driver to one this tool supports (its release notes name the minimum; CUDA "
                         "13 tools need R580 or newer), then restart the kernel; until then these sections stay skipped"}
-NEEDS = ("gpu", "profiler", "ncu", "ncu-cli")
+NEEDS = {"gpu": "gpu", "profiler": "profiler (either backend)", "ncu": "ncu (the Nsight Compute backend)",
+         "ncu-cli": "ncu-cli (ncu on a script)"}  # what a section can require, and plan()'s label for it
+LACKED_WITHOUT_GPU = {"gpu": (), "profiler": ("profiler",), "ncu": ("profiler", "ncu", "counters"),
+                      "ncu-cli": ("ncu-cli", "counters")}  # no backend, no ncu that works, no counters to read
 
 
 def gpu_remedy(colab: bool) -> str:
@@ -29,10 +32,9 @@ def gpu_remedy(colab: bool) -> str:
 
 def remedy(problem: str | None, colab: bool, otherwise: str) -> tuple[str, str | None]:
     """(what to do, the need to record instead of the section's own) for a tool's ``problem``."""
-    text = problem or ""
-    if COUNTERS_CODE in text:
+    if COUNTERS_CODE in (problem or ""):
         return COUNTERS_REMEDY, "counters"
-    if "driver" in text.lower():
+    if "driver" in (problem or "").lower():
         return DRIVER_REMEDY[colab], None
     return otherwise, None
 
@@ -63,57 +65,31 @@ class Environment:
     def has_gpu(self) -> bool:
         return self.gpu_problem is None
 
-    def lacks(self, what: str) -> list[str]:
-        """Every need a section requiring ``what`` lacks (without a GPU an ncu section lacks "counters" too)."""
+    def require(self, what: str, also: str = "") -> None:
+        """:class:`Skip` unless ``what`` is here: ``gpu``, ``profiler`` (either backend), ``ncu`` (the Nsight Compute
+        backend), ``ncu-cli`` (an ncu that works in launch mode); ``also``: a need the section checks later."""
         if what not in NEEDS:
             raise ValueError(f"require(): unknown need {what!r}; use {', '.join(NEEDS)}")
-        missing = [] if self.has_gpu else ["gpu"]
-        if what in ("profiler", "ncu") and self.backend is None:
-            missing.append("profiler")
-        if what == "ncu" and self.backend != "ncu":
-            missing.append("ncu")
-        if what == "ncu-cli" and self.ncu_path is None:
-            missing.append("ncu-cli")
-        if what in ("ncu", "ncu-cli") and not self.has_gpu:
-            missing.append("counters")
-        return missing
-
-    def _also(self, also: str | tuple[str, ...]) -> list[str]:
-        """The needs in ``also``: missing too without a GPU."""
-        needs = [also] if isinstance(also, str) else list(also)
-        unknown = [need for need in needs if need not in sections.NEEDS]
-        if unknown:
-            raise ValueError(f"require(): unknown need(s) {unknown} in also=; use {', '.join(sections.NEEDS)}")
-        return [] if self.has_gpu else needs
-
-    def require(self, what: str, also: str | tuple[str, ...] = ()) -> None:
-        """:class:`Skip` unless ``what`` is here: ``gpu``, ``profiler`` (either backend), ``ncu`` (the Nsight
-        Compute backend), ``ncu-cli`` (an ncu that works in launch mode); ``also``: needs the section checks later."""
-        missing = self.lacks(what) + self._also(also)
-        if not missing:
-            return
-        first = "gpu" if "gpu" in missing else what
         if not self.has_gpu:
             raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab),
-                       needs=(first, *(n for n in missing if n != first)))
-        if what == "profiler":
+                       needs=("gpu", *LACKED_WITHOUT_GPU[what], also))
+        if what == "profiler" and self.backend is None:
             fix, _ = remedy(self.cupti_problem, self.on_colab, CUPTI_REMEDY)
             raise Skip(f"needs an nsight-python backend; Nsight Compute: {self.ncu_problem}; CUPTI: {self.cupti_problem}",
-                       fix, needs=tuple(missing))
-        problem = self.ncu_problem if what == "ncu" else self.cli_problem
-        fix, need = remedy(problem, self.on_colab, NCU_REMEDY)
-        needs = (*([need] if need else []), what, *(n for n in missing if n != what))
-        if what == "ncu":
-            raise Skip(f"needs nsight-python's Nsight Compute backend; the active backend is {self.backend or 'none'}"
-                       f" because {problem}", fix, needs=needs)
-        raise Skip(f"needs an ncu command line that works here: {problem}", fix, needs=needs)
+                       fix, needs=what)
+        if what == "ncu" and self.backend != "ncu":
+            fix, need = remedy(self.ncu_problem, self.on_colab, NCU_REMEDY)
+            raise Skip(f"needs nsight-python's Nsight Compute backend; the active backend is {self.backend or 'none'} "
+                       f"because {self.ncu_problem}", fix, needs=(need, what, "" if self.backend else "profiler"))
+        if what == "ncu-cli" and self.ncu_path is None:
+            fix, need = remedy(self.cli_problem, self.on_colab, NCU_REMEDY)
+            raise Skip(f"needs an ncu command line that works here: {self.cli_problem}", fix, needs=(need, what))
 
-    def require_compute_capability(self, minimum: tuple[int, int], feature: str,
-                                   also: str | tuple[str, ...] = ()) -> None:
+    def require_compute_capability(self, minimum: tuple[int, int], feature: str, also: str = "") -> None:
         """Raise :class:`Skip` unless the GPU's compute capability is at least ``minimum`` (need ``cc8.0``)."""
         need = f"cc{minimum[0]}.{minimum[1]}"
         if not self.has_gpu:
-            raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab), needs=("gpu", need, *self._also(also)))
+            raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab), needs=("gpu", need, also))
         have = self.facts.compute_capability
         if have < minimum:
             raise Skip(f"{feature} needs compute capability >= {minimum[0]}.{minimum[1]}; this {self.gpu_name} is "
@@ -123,8 +99,7 @@ class Environment:
     def plan(self) -> list[tuple[str, bool, str]]:
         """(need, met, why) for each need a section can state: what the later notebooks will run here."""
         rows = []
-        for need, label in (("gpu", "gpu"), ("profiler", "profiler (either backend)"),
-                            ("ncu", "ncu (the Nsight Compute backend)"), ("ncu-cli", "ncu-cli (ncu on a script)")):
+        for need, label in NEEDS.items():
             try:
                 self.require(need)
                 rows.append((label, True, {"gpu": self.gpu_name, "profiler": self.backend, "ncu": "loaded",
@@ -161,13 +136,13 @@ def banner_lines(env: Environment) -> list[str]:
     else:
         lines += [f"GPU          none -- {env.gpu_problem}", f"             {gpu_remedy(env.on_colab)}"]
     cuda = f" (supports CUDA {env.driver_cuda[0]}.{env.driver_cuda[1]})" if env.driver_cuda else ""
-    lines.append(f"driver       {env.driver or '-'}{cuda}   torch {backend.installed('torch') or 'not installed'} ({torch_cuda_text(env)})")
-    pinned = backend.pins() or dict.fromkeys(("nsight-python", "cupti-python"))
-    lines.append("nsight       " + ", ".join(f"{name} {backend.installed(name) or 'not installed'}" for name in pinned))
+    torch = f"torch {backend.installed('torch') or 'not installed'} ({torch_cuda_text(env)})"
+    lines.append(f"driver       {env.driver or '-'}{cuda}   {torch}")
+    lines.append("nsight       " + ", ".join(f"{name} {backend.installed(name) or 'not installed'}"
+                                             for name in backend.pins()))
     lines.append(f"backend      {env.backend or 'none'} -- {env.backend_reason}")
-    cli = (f"{backend.version_text(env.ncu_version)}  {env.ncu_path}" if env.ncu_path
-           else f"none -- {env.cli_problem or 'no ncu found'}")
-    lines.append(f"ncu CLI      {cli}")
+    lines.append(f"ncu CLI      {backend.version_text(env.ncu_version)}  {env.ncu_path}" if env.ncu_path
+                 else f"ncu CLI      none -- {env.cli_problem or 'no ncu found'}")
     lines += [f"  tried      {line}" for line in env.probes]
     lines.append(f"python       {platform.python_version()}  colab: {env.on_colab}")
     if env.workdir is not None:

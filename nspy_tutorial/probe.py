@@ -1,8 +1,7 @@
 """Try a profiler in a child process before the notebook's own process commits to it: loading Nsight Compute
 or activating CUPTI cannot be undone, and either can fail for reasons no version predicts. Each candidate
 (``ncu``, ``cupti``, ``ncu-cli``) profiles one tiny kernel in a fresh Python under a timeout; outcomes are
-kept per machine in ``$XDG_CACHE_HOME/nspy-tutorial/probes.json`` (delete it to probe again).
-"""
+kept per machine in ``$XDG_CACHE_HOME/nspy-tutorial/probes.json`` (delete it to probe again)."""
 
 import dataclasses
 import json
@@ -10,11 +9,10 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from nspy_tutorial import backend, lifetime
+from nspy_tutorial.sections import first_line
 
-CANDIDATES = ("ncu", "cupti", "ncu-cli")
 TIMEOUT = 180  # seconds; a probe that takes longer is counted as hung
 MARKER = "NSPY_PROBE "  # the child's one result line: "NSPY_PROBE ok <row>" or "NSPY_PROBE failed <error>"
 CHILD = [sys.executable, "-m", "nspy_tutorial.probe"]  # what a probe runs (the tests put a fake here)
@@ -38,17 +36,6 @@ class Outcome:
 def machine_key(gpu_name: str | None, driver: str | None) -> str:
     """What a kept outcome depends on besides the candidate and its tool: the GPU, the driver, nsight-python."""
     return f"{gpu_name}|{driver}|nsight-python {backend.installed('nsight-python')}"
-
-
-def cache_file() -> Path:
-    return backend.cache_dir() / "probes.json"
-
-
-def _read_cache() -> dict:
-    try:
-        return json.loads(cache_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
 
 
 def first_error(output: str) -> str:
@@ -82,8 +69,6 @@ def environment(candidate: str, tool: str) -> dict[str, str]:
 def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None = None) -> Outcome:
     """Profile one tiny kernel with ``candidate`` in a child process; ``machine`` (:func:`machine_key`) and
     the tool's path and file key the kept outcome."""
-    if candidate not in CANDIDATES:
-        raise ValueError(f"probe: unknown candidate {candidate!r}; use one of {', '.join(CANDIDATES)}")
     timeout = TIMEOUT if timeout is None else timeout
     try:  # the tool's size and time: one replaced in place is probed again
         stat = os.stat(tool)
@@ -91,17 +76,21 @@ def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None
     except OSError:
         stamp = "missing"
     key = json.dumps([machine, candidate, tool, stamp])
-    kept = _read_cache().get(key)
-    if kept:
-        return Outcome(**{**kept, "cached": True})
+    cache = backend.cache_dir() / "probes.json"
+    try:
+        kept = json.loads(cache.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        kept = {}
+    if key in kept:
+        return Outcome(**{**kept[key], "cached": True})
     start = time.perf_counter()
     try:
         code, output = lifetime.run(command(candidate, tool), environment(candidate, tool), timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired:  # not kept: a hang may be passing
         return Outcome(candidate, False, f"no answer within {timeout:g} s: the probe hung and was stopped",
                        round(time.perf_counter() - start, 1))
     seconds = round(time.perf_counter() - start, 1)
-    if candidate == "ncu-cli":
+    if candidate == "ncu-cli":  # ncu's CSV row of the kernel's duration
         rows = [line for line in output.splitlines() if "gpu__time_duration.sum" in line and "==" not in line]
         ok = code == 0 and bool(rows)
         detail = "a kernel's duration, in launch mode" if ok else first_error(output)
@@ -110,34 +99,18 @@ def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None
         ok = code == 0 and bool(result)
         detail = result[-1].removeprefix(MARKER + "ok ") if ok else first_error(output)
     outcome = Outcome(candidate, ok, detail, seconds)
+    kept[key] = dataclasses.asdict(outcome)
     try:
-        cache_file().parent.mkdir(parents=True, exist_ok=True)
-        cache_file().write_text(json.dumps({**_read_cache(), key: dataclasses.asdict(outcome)}, indent=1),
-                                encoding="utf-8")
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(kept, indent=1), encoding="utf-8")
     except OSError:  # a read-only home only costs a probe next time
         pass
     return outcome
 
 
-def _profile_one_kernel() -> str:
-    """In the child: one ``x + 1`` under nsight-python's active tool; the row's duration."""
-    import nsight
-    import torch
-
-    @nsight.analyze.kernel(runs=1, thermal_mode="off", verbosity=nsight.VerbosityLevel.SILENT)
-    def probe(n: int) -> None:
-        x = torch.ones(n, device="cuda")
-        with nsight.annotate("x + 1"):
-            _ = x + 1
-
-    row = probe(1 << 16).to_dataframe().iloc[0]
-    if not row["AvgValue"] > 0:
-        raise RuntimeError(f"the row holds no duration: {row.to_dict()}")
-    return f"{row['Annotation']}: {row['AvgValue'] / 1e3:.1f} us under {nsight.get_active_tool().name}"
-
-
 def child(argv: list[str]) -> int:
-    """``python -m nspy_tutorial.probe ncu <ncu> | cupti <libcupti> | kernel``."""
+    """``python -m nspy_tutorial.probe ncu <ncu> | cupti <libcupti> | kernel``: one ``x + 1`` under that tool
+    (``kernel``: bare, for the ncu command line to profile); prints the row's duration, or the real error."""
     lifetime.watch_owner()
     try:
         if argv[0] == "kernel":  # what ncu launches for the ncu-cli probe: two tiny kernels
@@ -157,11 +130,22 @@ def child(argv: list[str]) -> int:
             raise RuntimeError(str(ncu.injection_load_error or "import nsight did not load Nsight Compute"))
         if argv[0] == "cupti":
             nsight.activate(nsight.Tool.CUPTI)
-        print(MARKER + "ok " + _profile_one_kernel(), flush=True)
+        import torch  # only now: after nsight and its tool
+
+        @nsight.analyze.kernel(runs=1, thermal_mode="off", verbosity=nsight.VerbosityLevel.SILENT)
+        def probe(n: int) -> None:
+            x = torch.ones(n, device="cuda")
+            with nsight.annotate("x + 1"):
+                _ = x + 1
+
+        row = probe(1 << 16).to_dataframe().iloc[0]
+        if not row["AvgValue"] > 0:
+            raise RuntimeError(f"the row holds no duration: {row.to_dict()}")
+        print(f"{MARKER}ok {row['Annotation']}: {row['AvgValue'] / 1e3:.1f} us under {nsight.get_active_tool().name}",
+              flush=True)
         return 0
     except Exception as exc:  # the probe's whole point: report the real error, in one line
-        text = (str(exc).strip().splitlines() or [""])[0]
-        print(f"{MARKER}failed {type(exc).__name__}: {text}", flush=True)
+        print(f"{MARKER}failed {type(exc).__name__}: {first_line(str(exc), 300)}", flush=True)
         return 1
 
 

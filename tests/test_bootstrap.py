@@ -159,10 +159,16 @@ def test_the_cuda_version_the_driver_supports_is_read_from_nvml(monkeypatch):
     assert bootstrap.probe_gpu().driver_cuda == (12, 4)
 
 
+def gpu_env(gpu: bootstrap.Gpu = T4, colab: bool = False) -> environment.Environment:
+    """The Environment setup starts from on a machine with ``gpu``."""
+    return environment.Environment(notebook="01_first", on_colab=colab, gpu_name=gpu.name, gpu_problem=gpu.problem,
+                                   driver=gpu.driver, driver_cuda=gpu.driver_cuda)
+
+
 @pytest.mark.parametrize(("cuda", "ruled_out"), [((12, 4), True), ((12, 8), True), ((13, 0), False), ((13, 1), False),
                                                  (None, False)])
 def test_a_driver_below_cuda_13_rules_out_the_cuda_13_tools_and_says_so(cuda, ruled_out):
-    problem = bootstrap.driver_problem(bootstrap.Gpu("Tesla T4", "550.54.15", cuda, None), "CUPTI 13.4")
+    problem = bootstrap.driver_problem(gpu_env(bootstrap.Gpu("Tesla T4", "550.54.15", cuda, None)), "CUPTI 13.4")
     assert (problem is not None) is ruled_out
     if ruled_out:
         assert problem == (f"CUPTI 13.4 needs a driver for CUDA 13 (R580 or newer); driver 550.54.15 supports "
@@ -302,15 +308,14 @@ def test_on_colab_without_a_new_enough_ncu_setup_installs_one_with_the_script_an
     ran = []
     monkeypatch.setattr(bootstrap, "install_on_colab", lambda what, cmd, size: ran.append((what, cmd)) or None)
     monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [OLD_NCU, NEW_NCU])
-    monkeypatch.setattr(backend, "put_first_on_path", lambda directory: None)
-    found = bootstrap.colab_installs(T4, [OLD_NCU], forced_cupti=False)
+    found = bootstrap.colab_installs(gpu_env(colab=True), [OLD_NCU], forced_cupti=False)
     assert [what for what, _ in ran] == ["Nsight Compute >= 2026.2.1"] and ran[0][1][-1].endswith("install_ncu.sh")
     assert found == [OLD_NCU, NEW_NCU]
 
 
 def test_on_colab_a_new_enough_ncu_is_not_installed_again(monkeypatch):
     monkeypatch.setattr(bootstrap, "install_on_colab", lambda *a: pytest.fail("installed again"))
-    assert bootstrap.colab_installs(T4, [NEW_NCU], forced_cupti=False) == [NEW_NCU]
+    assert bootstrap.colab_installs(gpu_env(colab=True), [NEW_NCU], forced_cupti=False) == [NEW_NCU]
 
 
 def test_on_colab_cupti_is_installed_beside_colabs_own_packages_when_missing(monkeypatch, tmp_path):
@@ -318,9 +323,9 @@ def test_on_colab_cupti_is_installed_beside_colabs_own_packages_when_missing(mon
     monkeypatch.setattr(bootstrap, "install_on_colab", lambda what, cmd, size: ran.append(cmd) or None)
     monkeypatch.setattr(backend, "find_cupti_library", lambda *a, **k: None)
     monkeypatch.setattr(backend, "cupti_python_available", lambda: False)
-    library, problem = bootstrap.cupti_candidate(T4, colab=True)
+    library, problem = bootstrap.cupti_candidate(gpu_env(colab=True))
     (cmd,) = ran
-    assert cmd[cmd.index("--target") + 1] == str(backend.cupti_target()) and "--no-deps" in cmd
+    assert cmd[cmd.index("--target") + 1] == str(backend.cache_dir() / "cupti") and "--no-deps" in cmd
     assert f"cupti-python=={backend.pins()['cupti-python']}" in cmd
     assert library is None and problem.startswith("cupti-python is not installed (looked in")
 
@@ -342,11 +347,6 @@ def test_a_failed_install_on_colab_is_named_with_its_error(capsys):
 # --------------------------------------------------------------------------
 
 
-def test_setup_rejects_unknown_steps(monkeypatch):
-    with pytest.raises(ValueError, match="'all'"):
-        bootstrap.setup("01_first", steps="all")
-
-
 def test_manual_setup_only_looks(monkeypatch, capsys):
     monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab")  # even on Colab: nothing is installed
     monkeypatch.delenv("NSPY_NCU_INIT_AT_IMPORT")
@@ -361,7 +361,7 @@ def test_manual_setup_only_looks(monkeypatch, capsys):
     assert env.has_gpu and env.backend is None and env.facts is None
     assert "Environment  (" not in out and "looked only" in out and OLD_NCU.path in out
     assert "NSPY_NCU_INIT_AT_IMPORT" not in os.environ  # not even this: the notebook decides
-    assert bootstrap._ENV is None and bootstrap._PENDING[0] is env
+    assert bootstrap._ENV is None and bootstrap._PENDING is env
 
 
 def test_finish_without_manual_setup_says_what_to_call():
@@ -381,7 +381,7 @@ def test_finish_with_a_gpu_refuses_before_nsight_is_imported(monkeypatch):
 def test_finish_records_the_probes_the_cells_ran_and_the_tool_they_activated(monkeypatch, capsys):
     monkeypatch.setattr(bootstrap, "probe_gpu", lambda: bootstrap.Gpu("NVIDIA H200", "580.159.04", (13, 0), None))
     monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [OLD_NCU])
-    monkeypatch.setattr(bootstrap, "choose_cli", lambda env, gpu, installs: (
+    monkeypatch.setattr(bootstrap, "choose_cli", lambda env, installs: (
         env.probes.append("ncu command line: works"), setattr(env, "ncu_path", OLD_NCU.path)))
     bootstrap.setup("01_install_ncu", steps="manual")
     capsys.readouterr()
@@ -400,7 +400,7 @@ def test_finish_records_the_probes_the_cells_ran_and_the_tool_they_activated(mon
 def test_finish_names_the_failed_probe_as_the_reason_nsight_compute_is_not_active(monkeypatch):
     monkeypatch.setattr(bootstrap, "probe_gpu", lambda: T4)
     monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [NEW_NCU])
-    monkeypatch.setattr(bootstrap, "choose_cli", lambda env, gpu, installs: setattr(env, "cli_problem", "refused"))
+    monkeypatch.setattr(bootstrap, "choose_cli", lambda env, installs: setattr(env, "cli_problem", "refused"))
     bootstrap.setup("01_install_ncu", steps="manual")
     use_nsight(monkeypatch, "cupti")
     monkeypatch.setattr(bootstrap, "device_facts", lambda: facts())
@@ -423,7 +423,7 @@ def test_finish_without_gpu_gives_no_backend_and_the_remedy_for_where_the_reader
 def test_finish_says_why_nsight_compute_was_not_tried_when_no_ncu_is_new_enough(monkeypatch):
     monkeypatch.setattr(bootstrap, "probe_gpu", lambda: T4)
     monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [OLD_NCU])
-    monkeypatch.setattr(bootstrap, "choose_cli", lambda env, gpu, installs: None)
+    monkeypatch.setattr(bootstrap, "choose_cli", lambda env, installs: None)
     bootstrap.setup("01_install_ncu", steps="manual")
     use_nsight(monkeypatch, "cupti")
     monkeypatch.setattr(bootstrap, "device_facts", lambda: facts())

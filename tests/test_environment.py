@@ -168,13 +168,8 @@ def test_needs_a_section_checks_itself_are_missing_too_without_a_gpu():
 
 
 def test_needs_a_section_checks_itself_are_left_to_it_on_a_gpu():
-    make_env(backend="cupti").require("profiler", also=("cupti", "triton"))  # no Skip: the section decides
+    make_env(backend="cupti").require("profiler", also="cupti")  # no Skip: the section decides
     make_env().require_compute_capability((7, 0), "torch.compile", also="triton")
-
-
-def test_an_unknown_need_in_also_raises_value_error():
-    with pytest.raises(ValueError, match="'tritno'"):
-        make_env(**NO_GPU_ENV).require("profiler", also="tritno")
 
 
 @pytest.mark.parametrize(
@@ -184,7 +179,7 @@ def test_an_unknown_need_in_also_raises_value_error():
         (NO_GPU_ENV, "profiler", ("gpu", "profiler")),
         (NO_GPU_ENV, "ncu", ("gpu", "profiler", "ncu", "counters")),
         (NO_GPU_ENV, "ncu-cli", ("gpu", "ncu-cli", "counters")),
-        ({**NO_GPU_ENV, "ncu_path": OLD_NCU.path}, "ncu-cli", ("gpu", "counters")),  # an ncu, but nothing to profile
+        ({**NO_GPU_ENV, "ncu_path": OLD_NCU.path}, "ncu-cli", ("gpu", "ncu-cli", "counters")),  # nothing to profile
         (dict(backend=None), "ncu", ("ncu", "profiler")),  # the reason stays "ncu", as the card groups it
         (dict(backend=None), "profiler", ("profiler",)),
         (dict(backend="cupti"), "ncu", ("ncu",)),
@@ -197,7 +192,6 @@ def test_a_skip_names_every_need_the_section_lacks_the_reason_first(overrides, n
         env.require(need)
     assert skipped.value.lacks == lacks
     assert skipped.value.needs == lacks[0]
-    assert sorted(env.lacks(need)) == sorted(lacks)
 
 
 @pytest.mark.parametrize(
