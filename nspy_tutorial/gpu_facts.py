@@ -30,7 +30,6 @@ class Datasheet:
     """Datasheet peaks of one GPU model, dense (no sparsity), at boost clock."""
 
     gpu: str
-    names: tuple[str, ...]
     fp32_tflops: Peak
     tf32_tflops: Peak
     fp16_tflops: Peak  # FP32 accumulate: what PyTorch matmuls use
@@ -41,7 +40,6 @@ class Datasheet:
     clock_mhz: Peak = Peak(None)  # the SM clock the peaks are stated at (fp32; the tensor ones unless...)
     tensor_clock_mhz: Peak = Peak(None)  # ...the datasheet states the tensor peaks at another clock
     source: str = ""
-    matched_by: str = ""
 
     def peak_tflops(self, precision: str) -> Peak:
         """Peak for ``precision`` in {"fp32", "tf32", "fp16", "bf16", "fp8"}."""
@@ -71,26 +69,17 @@ def load_datasheets(text: str | None = None) -> dict[str, Datasheet]:
         peaks = {column: Peak(float(row[column]) if row.get(column) else None, column in row["uncertain"].split())
                  for column in (*(f"{p}_tflops" for p in PRECISIONS), "mem_bandwidth_gbs", "clock_mhz",
                                 "tensor_clock_mhz")}
-        sheets[row["gpu"]] = Datasheet(
-            gpu=row["gpu"], names=tuple(name.strip() for name in row["device_names"].split(";") if name.strip()),
-            match=tuple(sorted(words(row["match"]))), source=row["source"], **peaks)
+        sheets[row["gpu"]] = Datasheet(gpu=row["gpu"], match=tuple(sorted(words(row["match"]))),
+                                       source=row["source"], **peaks)
     return sheets
 
 
-def datasheet_for(device_name: str, sheets: dict[str, Datasheet] | None = None) -> Datasheet | None:
-    """The row for ``device_name``, or None: a name the table lists, else the row with the most ``match`` words,
-    all whole words of the name ("A10" is not one of "A100"); ``matched_by`` says which."""
-    sheets = load_datasheets() if sheets is None else sheets
-    wanted = device_name.strip().lower()
-    for sheet in sheets.values():
-        if wanted in (name.lower() for name in sheet.names):
-            return dataclasses.replace(sheet, matched_by=f"exact name {device_name!r}")
+def datasheet_for(device_name: str) -> Datasheet | None:
+    """The row whose ``match`` words are all whole words of ``device_name`` ("A10" is not one of "A100"), the one
+    with the most if several match ("A100 80GB" before "A100"); None for a GPU the table lacks."""
     name_words = words(device_name)
-    candidates = [sheet for sheet in sheets.values() if sheet.match and set(sheet.match) <= name_words]
-    if not candidates:
-        return None
-    best = max(candidates, key=lambda sheet: len(sheet.match))
-    return dataclasses.replace(best, matched_by=f"name words {sorted(best.match)} -> row {best.gpu!r}")
+    candidates = [sheet for sheet in load_datasheets().values() if sheet.match and set(sheet.match) <= name_words]
+    return max(candidates, key=lambda sheet: len(sheet.match), default=None)
 
 
 @dataclasses.dataclass(frozen=True)
