@@ -60,13 +60,12 @@ def words(name: str) -> set[str]:
     return {word for word in re.split(r"[\s\-_/]+", name.upper()) if word}
 
 
-def load_datasheets(text: str | None = None) -> dict[str, Datasheet]:
-    """The datasheet table by row label (the packaged CSV unless ``text`` is given)."""
-    if text is None:
-        text = resources.files("nspy_tutorial").joinpath("resources", DATASHEET_FILE).read_text(encoding="utf-8")
+def load_datasheets() -> dict[str, Datasheet]:
+    """The packaged datasheet table by row label."""
+    text = resources.files("nspy_tutorial").joinpath("resources", DATASHEET_FILE).read_text(encoding="utf-8")
     sheets = {}
     for row in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
-        peaks = {column: Peak(float(row[column]) if row.get(column) else None, column in row["uncertain"].split())
+        peaks = {column: Peak(float(row[column]) if row[column] else None, column in row["uncertain"].split())
                  for column in (*(f"{p}_tflops" for p in PRECISIONS), "mem_bandwidth_gbs", "clock_mhz",
                                 "tensor_clock_mhz")}
         sheets[row["gpu"]] = Datasheet(gpu=row["gpu"], match=tuple(sorted(words(row["match"]))),
@@ -106,28 +105,20 @@ def device_facts() -> DeviceFacts:
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     sm_clock = mem_clock = bus_width = None
-    try:
+    try:  # what NVML read before an error is kept (an older driver lacks only the bus width)
         import pynvml
 
         pynvml.nvmlInit()
         handle = nvml_handle(pynvml)
         sm_clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
         mem_clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
-    except Exception as exc:  # NVML missing or not permitted: clocks stay unknown
-        print(f"  (NVML clocks unavailable: {type(exc).__name__}: {exc})")
-    else:
-        try:
-            bus_width = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
-        except Exception as exc:  # older drivers: the width stays unknown
-            print(f"  (NVML memory bus width unavailable: {type(exc).__name__}: {exc})")
+        bus_width = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
+    except Exception as exc:  # NVML missing or not permitted
+        print(f"  (NVML: {type(exc).__name__}: {exc}; the clocks or bus width it had not read yet stay unknown)")
     return DeviceFacts(name=props.name, compute_capability=(props.major, props.minor),
                        sm_count=props.multi_processor_count, l2_bytes=int(getattr(props, "L2_cache_size", 0)),
                        memory_bytes=int(props.total_memory), max_sm_clock_mhz=sm_clock, max_mem_clock_mhz=mem_clock,
                        memory_bus_width_bits=bus_width)
-
-
-class NoSuchGpu(LookupError):
-    """``CUDA_VISIBLE_DEVICES`` names a GPU that NVML does not list, or hides every GPU."""
 
 
 def nvml_handle(pynvml: Any = None) -> Any:
@@ -145,19 +136,16 @@ def nvml_handle(pynvml: Any = None) -> Any:
         return pynvml.nvmlDeviceGetHandleByIndex(0)
     entry = value.split(",")[0].strip()
     if not entry or entry.startswith("-"):
-        raise NoSuchGpu(f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU")
-    count = pynvml.nvmlDeviceGetCount()
+        raise LookupError(f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU")
+    devices = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(pynvml.nvmlDeviceGetCount())]
     if entry.isdigit():
-        if int(entry) >= count:
-            raise NoSuchGpu(f"CUDA_VISIBLE_DEVICES starts with {entry}, but NVML lists {count} GPU(s)")
-        return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
-    wanted = entry if entry.startswith(("GPU-", "MIG-")) else f"GPU-{entry}"
-    matches = []
-    for index in range(count):
-        device = pynvml.nvmlDeviceGetHandleByIndex(index)
-        uuid = pynvml.nvmlDeviceGetUUID(device)  # bytes from older nvidia-ml-py
-        if (uuid.decode() if isinstance(uuid, bytes) else uuid).startswith(wanted):
-            matches.append(device)
+        matches = [devices[int(entry)]] if int(entry) < len(devices) else []
+    else:
+        wanted = entry if entry.startswith(("GPU-", "MIG-")) else f"GPU-{entry}"
+        uuids = [pynvml.nvmlDeviceGetUUID(device) for device in devices]
+        uuids = [uuid.decode() if isinstance(uuid, bytes) else uuid for uuid in uuids]  # bytes: older nvidia-ml-py
+        matches = [device for device, uuid in zip(devices, uuids) if uuid.startswith(wanted)]
     if len(matches) != 1:
-        raise NoSuchGpu(f"CUDA_VISIBLE_DEVICES starts with {entry!r}, which matches {len(matches)} GPU(s) NVML lists")
+        raise LookupError(f"CUDA_VISIBLE_DEVICES starts with {entry!r}, which matches {len(matches)} GPU(s); NVML "
+                          f"lists {len(devices)} GPU(s)")
     return matches[0]

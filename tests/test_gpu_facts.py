@@ -162,16 +162,11 @@ def test_uncertain_figures_are_marked(sheets):
     assert sheets["H100 NVL"].mem_bandwidth_gbs == Peak(3900.0, uncertain=True)
 
 
-def test_load_datasheets_reads_csv_text_with_comment_lines():
-    text = (
-        "# a comment\n"
-        "gpu,device_names,match,fp32_tflops,tf32_tflops,fp16_tflops,bf16_tflops,fp8_tflops,"
-        "mem_bandwidth_gbs,uncertain,basis,source\n"
-        "X1,NVIDIA X1;NVIDIA X1 Max,X1,10,,20,20,,500,fp16_tflops,dense,a datasheet\n"
-    )
-    x1 = load_datasheets(text)["X1"]
-    assert (x1.fp32_tflops, x1.tf32_tflops, x1.fp16_tflops) == (Peak(10.0), Peak(None), Peak(20.0, True))
-    assert x1.source == "a datasheet" and x1.match == ("X1",)
+def test_load_datasheets_reads_every_column_of_a_row(sheets):
+    a10g = sheets["A10G (AWS)"]
+    assert (a10g.match, a10g.source) == (("A10G",), "AWS A10G datasheet")
+    assert (a10g.fp32_tflops, a10g.tf32_tflops, a10g.fp8_tflops) == (Peak(35.0), Peak(35.0, True), Peak(None))
+    assert a10g.clock_mhz == Peak(None)
 
 
 @pytest.mark.parametrize(
