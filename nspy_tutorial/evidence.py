@@ -70,15 +70,10 @@ def round_trip_differences(frame: pd.DataFrame, back: pd.DataFrame) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def _version(text: str | None) -> tuple[int, ...] | None:
-    """``"2026.3.1"`` or ``"2025.3.1.0"`` -> a tuple of ints; None if no version is in it."""
-    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?", text or "")
-    return tuple(int(part) for part in match.groups() if part is not None) if match else None
-
-
 def reader_version() -> tuple[int, ...] | None:
-    """The installed ``ncu-report`` package's version (the reader of ``.ncu-rep`` files)."""
-    return _version(installed("ncu-report"))
+    """The installed ``ncu-report`` package's version (the reader of ``.ncu-rep`` files) as ints, or None."""
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?", installed("ncu-report") or "")
+    return tuple(int(part) for part in match.groups() if part is not None) if match else None
 
 
 def version_verdict(writer: tuple[int, ...] | None, reader: tuple[int, ...] | None) -> tuple[str, str]:
