@@ -1,6 +1,5 @@
-"""Printing helpers shared by every notebook: a banner above each section, a plain-text table of a few
-DataFrame columns in readable units (:func:`show`), kernel names short enough for one line, and the caption
-:func:`rules` above every measured table: which tool measured, under which cache and clock rules."""
+"""Printing helpers of every notebook: section banners, a few DataFrame columns as a table (:func:`show`), kernel
+names short enough for one line, and :func:`rules`, the caption saying which tool measured under which rules."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pandas is imported where it is used: `nspy-tutorial run` starts without it
+if TYPE_CHECKING:  # pandas for the type hints only: `nspy-tutorial run` starts without it
     import pandas as pd
 
 WIDTH = 78
@@ -21,59 +20,46 @@ def banner(title: str) -> None:
 
 
 def show(df: pd.DataFrame, cols: Sequence[str], scale: Mapping[str, float] | None = None,
-         fmt: str = "{:,.2f}") -> pd.DataFrame:
-    """Print ``cols`` of ``df`` as an indented table, ``scale`` multiplying named columns; return what was printed."""
-    import pandas as pd
-
-    missing = [c for c in cols if c not in df.columns]
-    if missing:
-        raise KeyError(f"show(): columns {missing} are not in the DataFrame; it has {list(df.columns)}")
+         fmt: str = "{:,.2f}") -> None:
+    """Print ``cols`` of ``df`` as an indented table, ``scale`` multiplying the columns it names."""
     out = df[list(cols)].copy()
     for col, factor in (scale or {}).items():
-        out[col] = pd.to_numeric(out[col]) * factor
+        out[col] = out[col].astype(float) * factor
     print(textwrap.indent(out.to_string(index=False, float_format=fmt.format), "  "))
-    return out
 
 
-# Template arguments that say what an elementwise kernel computes ("CUDAFunctor_add",
-# "addcmul_cuda", "MulFunctor", "softmax_warp_forward"): worth keeping in a short name.
+# Template arguments that say what an elementwise kernel computes ("CUDAFunctor_add", "addcmul_cuda", "MulFunctor",
+# "softmax_warp_forward"): worth keeping in a short name.
 _DETAIL = re.compile(r"[\w:]*(?:Functor|_cuda|_forward|_backward)\w*")
 
 
-def _mangled_parts(name: str) -> tuple[list[str], list[str]]:
-    """The qualified name of an Itanium-mangled symbol, and the identifiers after it."""
-    i = 3 if name.startswith("_ZN") else 2
+def _demangle(name: str) -> tuple[str, list[str]]:
+    """An Itanium-mangled name's qualified name, and every ``<length><identifier>`` after it (overlaps are harmless)."""
+    nested = name.startswith("_ZN")
+    i = 3 if nested else 2
     qualified: list[str] = []
     while digits := re.match(r"\d+", name[i:]):
         start = i + digits.end()
         i = start + int(digits.group())
-        qualified.append(name[start:i])
-        if not name.startswith("_ZN"):
+        qualified.append("(anonymous)" if name.startswith("_GLOBAL__N", start) else name[start:i])
+        if not nested:
             break
-    rest = []  # every <length><identifier> that starts at a run of digits; overlaps are harmless
-    for m in re.finditer(r"(?<!\d)(\d+)", name[i:]):
-        start, length = i + m.end(), int(m.group(1))
-        candidate = name[start:start + length]
-        if length and len(candidate) == length and re.fullmatch(r"[A-Za-z_]\w*", candidate):
-            rest.append(candidate)
-    return qualified, rest
+    rest = name[i:]
+    identifiers = [rest[m.end():m.end() + int(m.group())] for m in re.finditer(r"(?<!\d)\d+", rest)]
+    return "::".join(qualified), identifiers
 
 
 def short_kernel_name(name: str) -> str:
-    """A kernel's name for one line, mangled or not: the qualified name and the functor a template argument
-    names (``at::native::vectorized_elementwise_kernel<CUDAFunctor_add>``); others pass unchanged."""
+    """A kernel's name for one line, mangled (CUPTI) or not (Nsight Compute): the qualified name and the functor a
+    template argument names (``at::native::vectorized_elementwise_kernel<CUDAFunctor_add>``); others pass unchanged."""
     name = name.strip()
-    if name.startswith("_Z") and len(name) > 2 and (name[2].isdigit() or name.startswith("_ZN")):
-        qualified, rest = _mangled_parts(name)
-        qualified = ["(anonymous)" if q.startswith("_GLOBAL__N") else q for q in qualified]
-        base = "::".join(qualified)
-        details = [r for r in rest if _DETAIL.fullmatch(r)]
+    if re.match(r"_Z\d|_ZN", name):
+        base, words = _demangle(name)
     else:
-        plain = name[5:] if name.startswith("void ") else name
+        plain = name.removeprefix("void ")
         cut = min((k for k in (plain.find("<"), plain.find("(")) if k >= 0), default=len(plain))
-        base, args = plain[:cut], plain[cut:]
-        details = [d.split("::")[-1] for d in _DETAIL.findall(args)]
-    details = [d for d in details if d and d != base.split("::")[-1]]
+        base, words = plain[:cut], [d.split("::")[-1] for d in _DETAIL.findall(plain[cut:])]
+    details = [w for w in words if _DETAIL.fullmatch(w) and w != base.split("::")[-1]]
     return f"{base}<{details[0]}>" if details else base or name
 
 

@@ -1,7 +1,5 @@
-"""The plumbing around keeping the evidence (notebooks 08 and 10, which write the lessons out), testable
-without a GPU: the newest file nsight-python wrote, a folder's listing, a table against its CSV copy, the
-report reader's version against the writer's, the environment as a JSON-ready record.
-"""
+"""Keeping the evidence (notebooks 08 and 10), testable without a GPU: the newest file nsight-python wrote, a
+folder's listing, a table against its CSV copy, the report reader's version against the writer's, the environment."""
 
 import dataclasses
 import datetime
@@ -31,8 +29,6 @@ class UnreadableReport(RuntimeError):
 def newest_output(prefix: str, kind: str, function: str) -> Path:
     """``<prefix><kind>-<function>-<k>.<ext>`` with the largest ``k`` (a number: it counts the calls of one
     decorated function in this process); ``kind`` is ``profiled_data``, ``processed_data`` or ``ncu-output``."""
-    if kind not in OUTPUT_KINDS:
-        raise ValueError(f"newest_output(): unknown kind {kind!r}; use one of {sorted(OUTPUT_KINDS)}")
     folder, stem = os.path.split(prefix)
     pattern = re.compile(rf"^{re.escape(stem)}{re.escape(kind)}-{re.escape(function)}-(\d+)\.{OUTPUT_KINDS[kind]}$")
     found = [(int(m.group(1)), entry) for entry in Path(folder or ".").iterdir() if (m := pattern.match(entry.name))]
@@ -53,17 +49,13 @@ def listing(folder: str | Path) -> pd.DataFrame:
 
 def _same_values(before: pd.Series, after: pd.Series) -> bool:
     """Missing in the same places, numbers equal to 1e-12 relative, anything else the same as text."""
-    missing_before, missing_after = before.isna().to_numpy(), after.isna().to_numpy()
-    if len(before) != len(after) or not np.array_equal(missing_before, missing_after):
+    if not before.isna().equals(after.isna()):
         return False
-    b, a = before[~missing_before], after[~missing_after]
-    if len(b) == 0:
-        return True
-    if pd.api.types.is_numeric_dtype(before) or pd.api.types.is_bool_dtype(before):
-        nb, na = pd.to_numeric(b, errors="coerce"), pd.to_numeric(a, errors="coerce")
-        if not nb.isna().any() and not na.isna().any():
-            return bool(np.allclose(nb.to_numpy(dtype=float), na.to_numpy(dtype=float), rtol=1e-12, atol=0.0))
-    return bool((b.astype(str).to_numpy() == a.astype(str).to_numpy()).all())
+    b, a = before.dropna(), after.dropna()
+    if pd.api.types.is_numeric_dtype(before) and not pd.api.types.is_bool_dtype(before):
+        numbers = pd.to_numeric(a, errors="coerce").to_numpy(dtype=float)  # anything else: NaN, never close
+        return bool(np.allclose(b.to_numpy(dtype=float), numbers, rtol=1e-12, atol=0.0))
+    return b.astype(str).tolist() == a.astype(str).tolist()
 
 
 def round_trip_differences(frame: pd.DataFrame, back: pd.DataFrame) -> pd.DataFrame:
@@ -78,15 +70,10 @@ def round_trip_differences(frame: pd.DataFrame, back: pd.DataFrame) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def _version(text: str | None) -> tuple[int, ...] | None:
-    """``"2026.3.1"`` or ``"2025.3.1.0"`` -> a tuple of ints; None if no version is in it."""
-    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?", text or "")
-    return tuple(int(part) for part in match.groups() if part is not None) if match else None
-
-
 def reader_version() -> tuple[int, ...] | None:
-    """The installed ``ncu-report`` package's version (the reader of ``.ncu-rep`` files)."""
-    return _version(installed("ncu-report"))
+    """The installed ``ncu-report`` package's version (the reader of ``.ncu-rep`` files) as ints, or None."""
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?", installed("ncu-report") or "")
+    return tuple(int(part) for part in match.groups() if part is not None) if match else None
 
 
 def version_verdict(writer: tuple[int, ...] | None, reader: tuple[int, ...] | None) -> tuple[str, str]:
@@ -111,22 +98,20 @@ def check_loaded(num_ranges: int, path: str | Path, writer: tuple[int, ...] | No
     if num_ranges > 0:
         return
     path = Path(path)
-    size = path.stat().st_size if path.exists() else 0
     status, message = version_verdict(writer, reader if reader is not None else reader_version())
     hint = message if status != "ok" else "the versions are compatible, so the file is probably not a complete report"
-    raise UnreadableReport(f"{path.name} ({size:,} bytes) opened with 0 ranges: nothing could be read; {hint}")
+    raise UnreadableReport(f"{path.name} ({path.stat().st_size:,} bytes) opened with 0 ranges: nothing could be "
+                           f"read; {hint}")
 
 
 def environment_record(env: Any) -> dict[str, Any]:
-    """The environment banner as a JSON-ready dict (an ``Environment`` from ``nt.setup``)."""
+    """Every field of ``env`` (an ``Environment`` from ``nt.setup``), the package versions, host and time, and the
+    banner's lines, as a JSON-ready dict."""
     torch = sys.modules.get("torch")
-    facts, sheet = (dataclasses.asdict(x) if x is not None else None for x in (env.facts, env.datasheet))
     return {"recorded_at_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "notebook": env.notebook, "gpu_name": env.gpu_name, "gpu_problem": env.gpu_problem, "driver": env.driver,
-            "facts": facts, "datasheet": sheet, "backend": env.backend, "backend_reason": env.backend_reason,
-            "ncu_path": env.ncu_path, "ncu_version": version_text(env.ncu_version) if env.ncu_version else None,
-            "ncu_problem": env.ncu_problem, "cupti_problem": env.cupti_problem,
+            **dataclasses.asdict(env), "workdir": str(env.workdir) if env.workdir else None,
+            "ncu_version": version_text(env.ncu_version) if env.ncu_version else None,
             "packages": {name: installed(name) for name in PACKAGES},
             "torch_cuda": getattr(getattr(torch, "version", None), "cuda", None) if torch else None,
             "python": platform.python_version(), "platform": platform.platform(), "host": socket.gethostname(),
-            "on_colab": env.on_colab, "banner": banner_lines(env)}
+            "banner": banner_lines(env)}

@@ -30,7 +30,6 @@ class Datasheet:
     """Datasheet peaks of one GPU model, dense (no sparsity), at boost clock."""
 
     gpu: str
-    names: tuple[str, ...]
     fp32_tflops: Peak
     tf32_tflops: Peak
     fp16_tflops: Peak  # FP32 accumulate: what PyTorch matmuls use
@@ -41,7 +40,6 @@ class Datasheet:
     clock_mhz: Peak = Peak(None)  # the SM clock the peaks are stated at (fp32; the tensor ones unless...)
     tensor_clock_mhz: Peak = Peak(None)  # ...the datasheet states the tensor peaks at another clock
     source: str = ""
-    matched_by: str = ""
 
     def peak_tflops(self, precision: str) -> Peak:
         """Peak for ``precision`` in {"fp32", "tf32", "fp16", "bf16", "fp8"}."""
@@ -62,35 +60,25 @@ def words(name: str) -> set[str]:
     return {word for word in re.split(r"[\s\-_/]+", name.upper()) if word}
 
 
-def load_datasheets(text: str | None = None) -> dict[str, Datasheet]:
-    """The datasheet table by row label (the packaged CSV unless ``text`` is given)."""
-    if text is None:
-        text = resources.files("nspy_tutorial").joinpath("resources", DATASHEET_FILE).read_text(encoding="utf-8")
+def load_datasheets() -> dict[str, Datasheet]:
+    """The packaged datasheet table by row label."""
+    text = resources.files("nspy_tutorial").joinpath("resources", DATASHEET_FILE).read_text(encoding="utf-8")
     sheets = {}
     for row in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
-        peaks = {column: Peak(float(row[column]) if row.get(column) else None, column in row["uncertain"].split())
+        peaks = {column: Peak(float(row[column]) if row[column] else None, column in row["uncertain"].split())
                  for column in (*(f"{p}_tflops" for p in PRECISIONS), "mem_bandwidth_gbs", "clock_mhz",
                                 "tensor_clock_mhz")}
-        sheets[row["gpu"]] = Datasheet(
-            gpu=row["gpu"], names=tuple(name.strip() for name in row["device_names"].split(";") if name.strip()),
-            match=tuple(sorted(words(row["match"]))), source=row["source"], **peaks)
+        sheets[row["gpu"]] = Datasheet(gpu=row["gpu"], match=tuple(sorted(words(row["match"]))),
+                                       source=row["source"], **peaks)
     return sheets
 
 
-def datasheet_for(device_name: str, sheets: dict[str, Datasheet] | None = None) -> Datasheet | None:
-    """The row for ``device_name``, or None: a name the table lists, else the row with the most ``match`` words,
-    all whole words of the name ("A10" is not one of "A100"); ``matched_by`` says which."""
-    sheets = load_datasheets() if sheets is None else sheets
-    wanted = device_name.strip().lower()
-    for sheet in sheets.values():
-        if wanted in (name.lower() for name in sheet.names):
-            return dataclasses.replace(sheet, matched_by=f"exact name {device_name!r}")
+def datasheet_for(device_name: str) -> Datasheet | None:
+    """The row whose ``match`` words are all whole words of ``device_name`` ("A10" is not one of "A100"), the one
+    with the most if several match ("A100 80GB" before "A100"); None for a GPU the table lacks."""
     name_words = words(device_name)
-    candidates = [sheet for sheet in sheets.values() if sheet.match and set(sheet.match) <= name_words]
-    if not candidates:
-        return None
-    best = max(candidates, key=lambda sheet: len(sheet.match))
-    return dataclasses.replace(best, matched_by=f"name words {sorted(best.match)} -> row {best.gpu!r}")
+    candidates = [sheet for sheet in load_datasheets().values() if sheet.match and set(sheet.match) <= name_words]
+    return max(candidates, key=lambda sheet: len(sheet.match), default=None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,28 +105,20 @@ def device_facts() -> DeviceFacts:
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     sm_clock = mem_clock = bus_width = None
-    try:
+    try:  # what NVML read before an error is kept (an older driver lacks only the bus width)
         import pynvml
 
         pynvml.nvmlInit()
         handle = nvml_handle(pynvml)
         sm_clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
         mem_clock = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
-    except Exception as exc:  # NVML missing or not permitted: clocks stay unknown
-        print(f"  (NVML clocks unavailable: {type(exc).__name__}: {exc})")
-    else:
-        try:
-            bus_width = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
-        except Exception as exc:  # older drivers: the width stays unknown
-            print(f"  (NVML memory bus width unavailable: {type(exc).__name__}: {exc})")
+        bus_width = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
+    except Exception as exc:  # NVML missing or not permitted
+        print(f"  (NVML: {type(exc).__name__}: {exc}; the clocks or bus width it had not read yet stay unknown)")
     return DeviceFacts(name=props.name, compute_capability=(props.major, props.minor),
                        sm_count=props.multi_processor_count, l2_bytes=int(getattr(props, "L2_cache_size", 0)),
                        memory_bytes=int(props.total_memory), max_sm_clock_mhz=sm_clock, max_mem_clock_mhz=mem_clock,
                        memory_bus_width_bits=bus_width)
-
-
-class NoSuchGpu(LookupError):
-    """``CUDA_VISIBLE_DEVICES`` names a GPU that NVML does not list, or hides every GPU."""
 
 
 def nvml_handle(pynvml: Any = None) -> Any:
@@ -156,19 +136,16 @@ def nvml_handle(pynvml: Any = None) -> Any:
         return pynvml.nvmlDeviceGetHandleByIndex(0)
     entry = value.split(",")[0].strip()
     if not entry or entry.startswith("-"):
-        raise NoSuchGpu(f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU")
-    count = pynvml.nvmlDeviceGetCount()
+        raise LookupError(f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU")
+    devices = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(pynvml.nvmlDeviceGetCount())]
     if entry.isdigit():
-        if int(entry) >= count:
-            raise NoSuchGpu(f"CUDA_VISIBLE_DEVICES starts with {entry}, but NVML lists {count} GPU(s)")
-        return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
-    wanted = entry if entry.startswith(("GPU-", "MIG-")) else f"GPU-{entry}"
-    matches = []
-    for index in range(count):
-        device = pynvml.nvmlDeviceGetHandleByIndex(index)
-        uuid = pynvml.nvmlDeviceGetUUID(device)  # bytes from older nvidia-ml-py
-        if (uuid.decode() if isinstance(uuid, bytes) else uuid).startswith(wanted):
-            matches.append(device)
+        matches = [devices[int(entry)]] if int(entry) < len(devices) else []
+    else:
+        wanted = entry if entry.startswith(("GPU-", "MIG-")) else f"GPU-{entry}"
+        uuids = [pynvml.nvmlDeviceGetUUID(device) for device in devices]
+        uuids = [uuid.decode() if isinstance(uuid, bytes) else uuid for uuid in uuids]  # bytes: older nvidia-ml-py
+        matches = [device for device, uuid in zip(devices, uuids) if uuid.startswith(wanted)]
     if len(matches) != 1:
-        raise NoSuchGpu(f"CUDA_VISIBLE_DEVICES starts with {entry!r}, which matches {len(matches)} GPU(s) NVML lists")
+        raise LookupError(f"CUDA_VISIBLE_DEVICES starts with {entry!r}, which matches {len(matches)} GPU(s); NVML "
+                          f"lists {len(devices)} GPU(s)")
     return matches[0]

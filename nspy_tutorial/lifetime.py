@@ -1,10 +1,7 @@
-"""Every process a notebook starts ends with its cell, or with its kernel.
-
-:func:`run` kills the command's whole tree whatever ends the wait (exit, timeout, an interrupted cell):
-every process carrying its :data:`TREE_VAR`, and every descendant (ncu's ``TreeLauncherSubreaper`` escapes
-a process-group kill). A killed kernel runs nothing, so the command dies with its parent
-(``PR_SET_PDEATHSIG``) and a Python child further down exits in :func:`watch_owner` once it is gone.
-"""
+"""Every process a notebook starts ends with its cell, or with its kernel: :func:`run` kills the command's whole
+tree whatever ends the wait (exit, timeout, an interrupted cell): every process carrying its :data:`TREE_VAR`, and
+every descendant (ncu's ``TreeLauncherSubreaper`` escapes a process-group kill). A killed kernel runs nothing, so
+the command dies with its parent (``PR_SET_PDEATHSIG``), and a Python child further down exits in :func:`watch_owner`."""
 
 import ctypes
 import os

@@ -63,5 +63,5 @@ def test_once_cuda_runs_the_gpu_is_found_by_torchs_uuid_whatever_the_variable_sa
                                             ("", "hides every GPU"), ("-1", "hides every GPU")])
 def test_a_variable_naming_no_listed_gpu_is_a_clear_error(monkeypatch, value, message):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
-    with pytest.raises(gpu_facts.NoSuchGpu, match=message):
+    with pytest.raises(LookupError, match=message):
         gpu_facts.nvml_handle(FakeNvml())
