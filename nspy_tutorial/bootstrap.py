@@ -1,7 +1,8 @@
 """``ENV = setup("NN_topic")``, every notebook's first code cell. In order: refuse if CUDA already started;
 the GPU and driver from NVML; the ncu installs (on Colab a new-enough one installed first); each backend
 tried in a child process (:mod:`probe`), best first; only the one that worked loaded here; then CUDA starts
-and one banner is printed. Notebook 01 takes these steps as cells: ``steps="manual"``, then ``setup.finish``."""
+and one banner is printed. Notebook 01 first only looks (``steps="manual"``), takes the steps as cells, then
+calls ``setup`` as every notebook does: the probes its cells ran are kept, so they are not run again."""
 
 import dataclasses
 import os
@@ -35,7 +36,6 @@ class Gpu:
 
 
 _ENV: Environment | None = None
-_PENDING: Environment | None = None  # setup(steps="manual") before setup.finish()
 
 
 def on_colab() -> bool:
@@ -198,7 +198,7 @@ def load(chosen: str | None, tool: object) -> tuple[str | None, str | None]:
 
 def setup(notebook: str, *, steps: str = "auto") -> Environment:
     """Prepare this kernel for profiling and print the banner; ``steps="manual"`` (notebook 01) only looks."""
-    global _ENV, _PENDING
+    global _ENV
     sections.set_notebook(notebook)
     folder = sections.enter_workdir(notebook)
     if _ENV is not None:
@@ -215,8 +215,7 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
     env = Environment(notebook=notebook, on_colab=on_colab(), gpu_name=gpu.name, gpu_problem=gpu.problem,
                       driver=gpu.driver, driver_cuda=gpu.driver_cuda, workdir=folder)
     if steps == "manual":
-        env.backend_reason = "not chosen yet: the cells of this notebook do it, then setup.finish() records it"
-        _PENDING = env
+        env.backend_reason = "not chosen yet: the cells of this notebook do it, then setup() in auto mode"
         found = ", ".join(f"{i.path} ({backend.version_text(i.version)})" for i in installs) or "none"
         print(f"setup({notebook!r}, steps='manual'): looked only, nothing installed, tried, loaded or imported\n"
               f"  GPU (NVML, CUDA not started): {gpu.name or 'none -- ' + str(gpu.problem)}, driver {gpu.driver}\n"
@@ -235,7 +234,7 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
 
 def _complete(env: Environment, installs: list[backend.NcuInstall]) -> Environment:
     """The ncu command line and the device's facts (the first CUDA use, after nsight), or "no GPU"; keep, print."""
-    global _ENV, _PENDING
+    global _ENV
     if env.has_gpu:
         choose_cli(env, installs)
         env.facts = device_facts()
@@ -244,36 +243,6 @@ def _complete(env: Environment, installs: list[backend.NcuInstall]) -> Environme
         env.backend_reason = env.ncu_problem = env.cupti_problem = env.cli_problem = "no GPU"
         newest = backend.choose_ncu(installs)
         env.ncu_path, env.ncu_version = (newest.path, newest.version) if newest else (None, None)
-    _ENV, _PENDING = env, None
+    _ENV = env
     print_banner(env)
     return env
-
-
-def finish(tried: list[probe.Outcome] = ()) -> Environment:
-    """Record what notebook 01's cells did (the probes ``tried``, nsight-python's active tool), then end as setup."""
-    env = _PENDING
-    if env is None:
-        raise RuntimeError('setup.finish(): call nt.setup("01_install_ncu", steps="manual") first')
-    if env.has_gpu and "nsight" not in sys.modules:
-        raise RuntimeError("setup.finish(): `import nsight` has not run yet; run the cell that imports it first "
-                           "(reading the device's facts starts CUDA, which must come after nsight)")
-    import nsight
-    from nsight.collection import ncu as nsight_ncu
-
-    active, installs = nsight.get_active_tool(), backend.find_ncu_installs()
-    env.backend = active.name.lower() if active else None  # nsight.Tool.NCU or .CUPTI
-    env.probes = [f"{o.candidate}: {o.line()}" for o in tried]
-    failed = {o.candidate: f"it failed in a child process: {o.detail}" for o in tried if not o.ok}
-    env.backend_reason = f"{active.name} active" if active else "no tool active"
-    if env.backend != "ncu":
-        _, not_tried = ncu_backend_candidate(env, installs, backend_choice() == "cupti")
-        error = nsight_ncu.injection_load_error
-        env.ncu_problem = failed.get("ncu") or not_tried or (
-            first_line(str(error)) if error else "not loaded: NSPY_NCU_INIT_AT_IMPORT=0 at `import nsight`")
-        env.backend_reason += f"; Nsight Compute backend {env.ncu_problem}"
-    if env.backend != "cupti":
-        env.cupti_problem = failed.get("cupti") or "not activated"
-    return _complete(env, installs)
-
-
-setup.finish = finish  # type: ignore[attr-defined]

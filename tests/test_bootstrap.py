@@ -30,7 +30,7 @@ T4 = bootstrap.Gpu("Tesla T4", "580.82.07", (13, 0), None)
 def fresh_bootstrap(monkeypatch: pytest.MonkeyPatch, tmp_path):
     """No cached Environment; environment variables setup() reads or writes restored; probes kept in tmp."""
     old_notebook = sections._NOTEBOOK["name"]
-    bootstrap._ENV = bootstrap._PENDING = None
+    bootstrap._ENV = None
     monkeypatch.setenv("NSPY_NCU_INIT_AT_IMPORT", "0")
     monkeypatch.setenv("PATH", os.environ.get("PATH", ""))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -38,7 +38,7 @@ def fresh_bootstrap(monkeypatch: pytest.MonkeyPatch, tmp_path):
                  "PYTHONPATH"):
         monkeypatch.delenv(name, raising=False)
     yield
-    bootstrap._ENV = bootstrap._PENDING = None
+    bootstrap._ENV = None
     sections.set_notebook(old_notebook)
 
 
@@ -343,7 +343,7 @@ def test_a_failed_install_on_colab_is_named_with_its_error(capsys):
 
 
 # --------------------------------------------------------------------------
-# setup(steps="manual") and setup.finish(tried): notebook 01 does the steps in its cells
+# setup(steps="manual"), the cells' own steps, then setup(): notebook 01
 # --------------------------------------------------------------------------
 
 
@@ -361,73 +361,37 @@ def test_manual_setup_only_looks(monkeypatch, capsys):
     assert env.has_gpu and env.backend is None and env.facts is None
     assert "Environment  (" not in out and "looked only" in out and OLD_NCU.path in out
     assert "NSPY_NCU_INIT_AT_IMPORT" not in os.environ  # not even this: the notebook decides
-    assert bootstrap._ENV is None and bootstrap._PENDING is env
+    assert bootstrap._ENV is None
 
 
-def test_finish_without_manual_setup_says_what_to_call():
-    with pytest.raises(RuntimeError, match='steps="manual"'):
-        bootstrap.setup.finish()
+CUPTI_CHILD = """\
+import os, sys
+with open(os.environ["FAKE_CALLS"], "a") as calls:
+    calls.write(" ".join(sys.argv[1:]) + "\\n")
+print("NSPY_PROBE ok x + 1: 2.0 us under CUPTI")
+"""
 
 
-def test_finish_with_a_gpu_refuses_before_nsight_is_imported(monkeypatch):
-    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: T4)
-    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [])
-    bootstrap.setup("01_install_ncu", steps="manual")
-    monkeypatch.delitem(sys.modules, "nsight", raising=False)
-    with pytest.raises(RuntimeError, match="import nsight"):
-        bootstrap.setup.finish()
-
-
-def test_finish_records_the_probes_the_cells_ran_and_the_tool_they_activated(monkeypatch, capsys):
-    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: bootstrap.Gpu("NVIDIA H200", "580.159.04", (13, 0), None))
-    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [OLD_NCU])
-    monkeypatch.setattr(bootstrap, "choose_cli", lambda env, installs: (
-        env.probes.append("ncu command line: works"), setattr(env, "ncu_path", OLD_NCU.path)))
-    bootstrap.setup("01_install_ncu", steps="manual")
-    capsys.readouterr()
-    use_nsight(monkeypatch, "cupti")
-    monkeypatch.setattr(bootstrap, "device_facts", lambda: facts("NVIDIA H200", (9, 0)))
-    tried = [probe.Outcome("cupti", True, "x + 1: 2.0 us under CUPTI", 5.0)]
-    env = bootstrap.setup.finish(tried)
-    out = capsys.readouterr().out
-    assert env.backend == "cupti" and env.cupti_problem is None and env.ncu_path == OLD_NCU.path
-    assert env.probes == ["cupti: works: x + 1: 2.0 us under CUPTI (5.0 s)", "ncu command line: works"]
-    assert env.datasheet is not None and env.datasheet.gpu == "H200 SXM"
-    assert out.count("Environment  (01_install_ncu)") == 1
-    assert bootstrap._ENV is env and bootstrap._PENDING is None
-
-
-def test_finish_names_the_failed_probe_as_the_reason_nsight_compute_is_not_active(monkeypatch):
-    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: T4)
-    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [NEW_NCU])
-    monkeypatch.setattr(bootstrap, "choose_cli", lambda env, installs: setattr(env, "cli_problem", "refused"))
-    bootstrap.setup("01_install_ncu", steps="manual")
-    use_nsight(monkeypatch, "cupti")
-    monkeypatch.setattr(bootstrap, "device_facts", lambda: facts())
-    tried = [probe.Outcome("ncu", False, "==ERROR== Cuda driver is not compatible with Nsight Compute", 9.0)]
-    env = bootstrap.setup.finish(tried)
-    assert env.ncu_problem == "it failed in a child process: ==ERROR== Cuda driver is not compatible with Nsight Compute"
-    assert env.ncu_path is None and env.cli_problem == "refused"
-
-
-def test_finish_without_gpu_gives_no_backend_and_the_remedy_for_where_the_reader_is(monkeypatch, capsys):
-    monkeypatch.setattr(bootstrap, "probe_gpu", lambda: NO_GPU)
-    monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [])
-    bootstrap.setup("01_install_ncu", steps="manual")
-    use_nsight(monkeypatch, None)
-    env = bootstrap.setup.finish()
-    assert env.backend is None and env.cupti_problem == "no GPU" and env.facts is None
-    assert environment.gpu_remedy(env.on_colab) in capsys.readouterr().out
-
-
-def test_finish_says_why_nsight_compute_was_not_tried_when_no_ncu_is_new_enough(monkeypatch):
+def test_setup_after_the_cells_own_steps_reuses_their_probe_and_their_active_tool(monkeypatch, tmp_path, capsys):
+    (tmp_path / "child.py").write_text(CUPTI_CHILD)
+    (tmp_path / "libcupti.so.13").write_bytes(b"")
+    library = backend.CuptiLibrary(str(tmp_path / "libcupti.so.13"), (13, 4, 92))
+    monkeypatch.setattr(probe, "CHILD", [sys.executable, str(tmp_path / "child.py")])
+    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls"))
     monkeypatch.setattr(bootstrap, "probe_gpu", lambda: T4)
     monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [OLD_NCU])
+    monkeypatch.setattr(backend, "find_cupti_library", lambda *a, **k: library)
+    monkeypatch.setattr(backend, "cupti_python_available", lambda: True)
+    monkeypatch.setattr(backend, "preload_cupti", lambda library: None)
     monkeypatch.setattr(bootstrap, "choose_cli", lambda env, installs: None)
-    bootstrap.setup("01_install_ncu", steps="manual")
-    use_nsight(monkeypatch, "cupti")
     monkeypatch.setattr(bootstrap, "device_facts", lambda: facts())
-    env = bootstrap.setup.finish([probe.Outcome("cupti", True, "x + 1: 1.0 us under CUPTI", 6.0)])
+    looked = bootstrap.setup("01_install_ncu", steps="manual")
+    tried = probe.try_candidate("cupti", library.path, probe.machine_key(looked.gpu_name, looked.driver))  # section 7
+    use_nsight(monkeypatch, "cupti")  # section 9: import nsight, nsight.activate(nsight.Tool.CUPTI)
+    capsys.readouterr()
+    env = bootstrap.setup("01_install_ncu")
+    assert tried.ok and (tmp_path / "calls").read_text().splitlines() == [f"cupti {library.path}"]  # probed once
+    assert env.backend == "cupti" and bootstrap._ENV is env
+    assert "kept from an earlier probe on this machine" in capsys.readouterr().out
     assert env.ncu_problem == (f"not tried: the newest ncu here, {OLD_NCU.path}, is 2025.3.1.0; nsight-python needs "
                                "2026.2.1.0 or newer")
-    assert env.ncu_problem in env.backend_reason

@@ -24,13 +24,13 @@ NO_GPU = bootstrap.Gpu(None, None, None, "no NVIDIA driver or GPU found (test)")
 
 @pytest.fixture(autouse=True)
 def fresh_bootstrap(monkeypatch: pytest.MonkeyPatch):
-    bootstrap._ENV = bootstrap._PENDING = None
+    bootstrap._ENV = None
     monkeypatch.setenv("NSPY_NCU_INIT_AT_IMPORT", "0")
     for name in ("NSPY_TUTORIAL_BACKEND", "COLAB_RELEASE_TAG", "NSPY_TUTORIAL_STRICT", "NSPY_TUTORIAL_REQUIRE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(sections, "_RECORDS", {})
     yield
-    bootstrap._ENV = bootstrap._PENDING = None
+    bootstrap._ENV = None
 
 
 def facts(name: str = "Tesla T4", cc: tuple[int, int] = (7, 5)) -> DeviceFacts:

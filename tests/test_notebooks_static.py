@@ -263,7 +263,7 @@ def test_01_does_the_install_and_import_steps_in_its_own_code_cells():
     steps = ["nvidia-smi", '"pip", "install"', 'shutil.which("ncu")', '"--version"', '"install", "-y"',
              '"dpkg-query", "-W"', '"dpkg", "-L"', '.endswith("/ncu")', 'os.environ["PATH"] =', "probe.try_candidate(",
              "ctypes.CDLL(", "ctypes.RTLD_GLOBAL", "import nsight", "nsight.get_active_tool()", "injection_load_error",
-             "nsight.activate(nsight.Tool.CUPTI)", "NSPY_NCU_INIT_AT_IMPORT", "nt.setup.finish(TRIED)"]
+             "nsight.activate(nsight.Tool.CUPTI)", "NSPY_NCU_INIT_AT_IMPORT", 'nt.setup("01_install_ncu")']
     text = "\n".join(cell.source for cell in cells)
     missing = [step for step in steps if step not in text]
     assert missing == [], f"01 must show these steps in code cells: {missing}"
@@ -279,7 +279,7 @@ def test_01_loads_libcupti_before_nsight_and_nsight_before_torch():
     cells = code_cells(read(notebook_01()))
     preload = first_cell_with(cells, r"ctypes\.CDLL\(.*RTLD_GLOBAL")
     nsight = first_cell_with(cells, r"^\s*import nsight\b")
-    finish = first_cell_with(cells, r"nt\.setup\.finish\(TRIED\)")
+    finish = first_cell_with(cells, r'nt\.setup\("01_install_ncu"\)')
     torch = first_cell_with(cells, TORCH_IMPORT.pattern)
     assert None not in (preload, nsight, finish, torch), (preload, nsight, finish, torch)
     assert preload < nsight < finish < torch, (
@@ -290,7 +290,7 @@ def test_01_loads_libcupti_before_nsight_and_nsight_before_torch():
 
 def test_01_prints_the_banner_once():
     text = code(notebook_01())
-    assert text.count("nt.setup.finish(") == 1
+    assert text.count('nt.setup("01_install_ncu")') == 1  # the look-only call passes steps="manual" and prints none
     assert "print_banner" not in text
 
 

@@ -66,12 +66,12 @@ ROWS = {
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
-    bootstrap._ENV = bootstrap._PENDING = None
+    bootstrap._ENV = None
     monkeypatch.setenv("NSPY_NCU_INIT_AT_IMPORT", "0")
     for name in ("NSPY_TUTORIAL_BACKEND", "COLAB_RELEASE_TAG", "NSPY_TUTORIAL_REQUIRE"):
         monkeypatch.delenv(name, raising=False)
     yield
-    bootstrap._ENV = bootstrap._PENDING = None
+    bootstrap._ENV = None
 
 
 def machine(monkeypatch, tmp_path: Path, row: str, colab: bool = False) -> environment.Environment:

@@ -54,7 +54,7 @@ CUDA13 = (13, 0)  # CUDA 13 tools (CUPTI 13.4, Nsight Compute 2026.x) need a dri
 FORCE_CUPTI = os.environ.get("NSPY_TUTORIAL_BACKEND", "").lower() == "cupti"  # skip Nsight Compute on purpose
 PINS = backend.pins()  # pyproject.toml's exact versions: what this series was recorded with
 DPKG_NCU: dict[str, str] = {}  # package -> ncu launcher, filled by section 5
-TRIED: list[probe.Outcome] = []  # section 7's probes, for setup.finish()
+TRIED: list[probe.Outcome] = []  # section 7's probes
 CHOSEN = None  # the backend a probe showed working: "ncu" or "cupti" (section 7)
 
 
@@ -398,14 +398,16 @@ with nt.section("9. import nsight and activate the backend that worked") as s:
     s.result = f"active tool: {active.name if active else 'none'}"
 
 # %% [markdown]
-# Everything the later notebooks' setup cell does in one call is now done. The next cell
-# records the result -- the probes, which tool nsight activated and why the other one did
-# not, and the ncu command line (the newest ncu that profiles a kernel in launch mode, tried
-# the same way) -- then reads the GPU's own numbers (the first time this notebook starts
-# CUDA, after nsight) and prints the environment banner every later notebook prints.
+# Everything the later notebooks' setup cell does in one call is now done by hand. The next
+# cell makes that call, as every later notebook does: it finds the probes of section 7 kept
+# (the banner says "kept from an earlier probe"), so it does not run them again, and finds
+# the tool already active, so loading it again changes nothing. What it adds is the ncu
+# command line (the newest ncu that profiles a kernel in launch mode, tried the same way)
+# and the GPU's own numbers -- the first time this notebook starts CUDA, after nsight --
+# then it prints the environment banner every later notebook prints.
 
 # %%
-ENV = nt.setup.finish(TRIED)
+ENV = nt.setup("01_install_ncu")
 
 # %% [markdown]
 # ## 10. `NSPY_NCU_INIT_AT_IMPORT=0`, in fresh processes
