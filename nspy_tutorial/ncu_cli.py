@@ -3,14 +3,13 @@
 
 An ncu of any version still profiles a separate Python in launch mode: :func:`nsight_table` runs a kernels
 module whose ``__main__`` is :func:`replay` (as nsight-python runs a decorated function) and reads the report
-with nsight-python's own extraction and aggregation (not public API: :data:`NSIGHT_TESTED`), so the notebook
+with nsight-python's own extraction and aggregation (not public API: :func:`check_nsight_version`), so the notebook
 gets the very table the backend returns.
 """
 
 import importlib.metadata
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -25,11 +24,10 @@ from nspy_tutorial.sections import COUNTERS_CODE, COUNTERS_REMEDY
 # Set by nsight-python's Nsight Compute or CUPTI activation in this process; a child must not inherit them.
 INJECTION_VARIABLES = ("NVTX_INJECTION64_PATH", "NV_COMPUTE_PROFILER_PERFWORKS_DIR", "NV_COMPUTE_PROFILER_IN_PROCESS")
 NSIGHT_DOMAIN = "nsight-python"  # nsight.annotate opens its ranges in this NVTX domain
-NSIGHT_TESTED = ((1, 1), (1, 2))  # nsight-python >= 1.1, < 1.2: extraction/transformation as read here
 DEFAULTS = {"runs": 10, "metrics": ("gpu__time_duration.sum",), "cache_control": "all", "clock_control": "none",
             "replay_mode": "kernel", "thermal_mode": "off"}  # nsight.analyze.kernel's own defaults
 RESULT_MARKER = "NSPY_RESULT "  # run_json's script prints its result as this and one JSON object
-KNOWN = {*DEFAULTS, "configs", "combine_kernel_metrics", "derive_metric", "normalize_against", "ignore_kernel_list",
+KNOWN = {*DEFAULTS, "combine_kernel_metrics", "derive_metric", "normalize_against", "ignore_kernel_list",
          "report", "verbosity"}  # verbosity: accepted so one settings dict serves both paths
 
 
@@ -58,21 +56,24 @@ def command_text(cmd: Sequence[str]) -> str:
     return shlex.join(cmd)
 
 
-def run(cmd: Sequence[str], timeout: int = 600) -> str:
-    """Run an ncu command in the foreground, after giving back torch's cached GPU memory; its output, or
-    :class:`CountersNotPermitted` (even with exit 0), or :class:`NcuCliError` with ncu's last lines."""
+def run(cmd: Sequence[str], timeout: float = 600, env: Mapping[str, str] | None = None,
+        error: type[RuntimeError] = NcuCliError) -> str:
+    """Run ncu (or :func:`run_json`'s Python) in the foreground, in :func:`child_environment` plus ``env``, after
+    giving back torch's cached GPU memory; its output, or :class:`CountersNotPermitted` (even with exit 0), or
+    ``error`` for a timeout or a non-zero exit, with the last lines."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
+    name = os.path.basename(cmd[0])
     try:
-        code, output = lifetime.run(cmd, child_environment(), timeout)
+        code, output = lifetime.run(cmd, {**child_environment(), **(env or {})}, timeout)
     except subprocess.TimeoutExpired:
-        raise NcuCliError(f"ncu still running after {timeout} s, stopped: {command_text(cmd)}") from None
+        raise error(f"{name} ran longer than {timeout:g} s and was stopped: {command_text(cmd)}") from None
     if COUNTERS_CODE in output:
         line = next(line for line in output.splitlines() if COUNTERS_CODE in line)
         raise CountersNotPermitted(f"{line.strip()} -- what to do: {COUNTERS_REMEDY}")
     if code != 0:
-        raise NcuCliError(f"ncu exited {code}:\n" + "\n".join(output.strip().splitlines()[-6:]))
+        raise error(f"{name} exited {code}:\n" + "\n".join(output.strip().splitlines()[-8:]))
     return output
 
 
@@ -100,15 +101,12 @@ def to_base_units(value: float, unit: str) -> float:
 
 
 def check_nsight_version(version: str | None = None) -> str:
-    """The installed nsight-python version, or :class:`NcuCliError` if it is outside :data:`NSIGHT_TESTED`."""
+    """The installed nsight-python version, or :class:`NcuCliError` unless it is the 1.1.x this was tested with."""
     version = version or importlib.metadata.version("nsight-python")
-    found = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
-    (low, high) = NSIGHT_TESTED
-    if not low <= found < high:
-        raise NcuCliError(f"nsight_table reads ncu reports with nsight-python's extraction.extract_df_from_report and "
-                          f"transformation.aggregate_data, which are not public API; it is tested with nsight-python "
-                          f"{low[0]}.{low[1]}.x and this is {version}: install "
-                          f"'nsight-python>={low[0]}.{low[1]},<{high[0]}.{high[1]}'")
+    if version.split(".")[:2] != ["1", "1"]:
+        raise NcuCliError("nsight_table reads ncu reports with nsight-python's extraction.extract_df_from_report and "
+                          "transformation.aggregate_data, which are not public API; it is tested with nsight-python "
+                          f"1.1.x and this is {version}: install 'nsight-python>=1.1,<1.2'")
     return version
 
 
@@ -131,7 +129,6 @@ def read_nsight_table(report: str, func, configs: Sequence, runs: int, metrics: 
                       combine_kernel_metrics=None, derive_metric=None, normalize_against: str | None = None,
                       ignore_kernel_list: Sequence[str] | None = None) -> pd.DataFrame:
     """nsight-python's ``to_dataframe()`` table from a report of :func:`replay`'s runs (its backend's two calls)."""
-    check_nsight_version()
     from nsight import extraction, transformation
     from nsight.utils import VerbosityLevel
 
@@ -143,27 +140,25 @@ def read_nsight_table(report: str, func, configs: Sequence, runs: int, metrics: 
     return transformation.aggregate_data(raw, func, normalize_against, VerbosityLevel.SILENT)
 
 
-def nsight_table(script: str, func, *, ncu: str, timeout: int = 600, **settings) -> pd.DataFrame:
+def nsight_table(script: str, func, *, ncu: str, configs: Sequence, timeout: int = 600, **settings) -> pd.DataFrame:
     """Profile ``func`` of the kernels module ``script`` with the ncu command line; nsight-python's table. The
     settings are ``nsight.analyze.kernel``'s (one dict serves both paths); the report is ``<function>.ncu-rep``."""
     s = {**DEFAULTS, **settings}
     unknown = sorted(set(s) - KNOWN)
     if unknown:
         raise TypeError(f"nsight_table(): {', '.join(unknown)} is not an nsight.analyze.kernel setting it supports")
-    if "configs" not in s:
-        raise TypeError("nsight_table(): configs is missing (as for nsight.analyze.kernel)")
     if s["thermal_mode"] != "off":
         raise ValueError("nsight_table(): thermal_mode must be 'off' (the ncu child does no thermal pauses)")
     check_nsight_version()
     if not os.path.exists(script):
         raise NcuCliError(f"no kernels module at {script}: run its %%writefile cell first")
     report = s.get("report") or f"{func.__name__}.ncu-rep"
-    cmd = nsight_command(ncu, script, func.__name__, s["configs"], s["runs"], s["metrics"], report,
+    cmd = nsight_command(ncu, script, func.__name__, configs, s["runs"], s["metrics"], report,
                          s["cache_control"], s["clock_control"], s["replay_mode"])
     print(f"  $ {command_text(cmd)}")
     run(cmd, timeout=timeout)
     passed_on = ("combine_kernel_metrics", "derive_metric", "normalize_against", "ignore_kernel_list")
-    return read_nsight_table(report, func, s["configs"], s["runs"], s["metrics"], **{k: s.get(k) for k in passed_on})
+    return read_nsight_table(report, func, configs, s["runs"], s["metrics"], **{k: s.get(k) for k in passed_on})
 
 
 def replay(namespace: dict, argv: Sequence[str] | None = None) -> None:
@@ -187,32 +182,16 @@ def replay(namespace: dict, argv: Sequence[str] | None = None) -> None:
         torch.cuda.synchronize()
 
 
-def parse_result(output: str) -> dict[str, Any]:
-    """The JSON object on the last ``NSPY_RESULT`` line of ``output``; :class:`ChildError` if none."""
-    lines = [line for line in output.splitlines() if line.startswith(RESULT_MARKER)]
-    if not lines:
-        raise ChildError(f"the child printed no line starting with {RESULT_MARKER.strip()!r}")
-    try:
-        result = json.loads(lines[-1][len(RESULT_MARKER):])
-    except json.JSONDecodeError as exc:
-        raise ChildError(f"the child's result line is not JSON: {exc}") from exc
-    if not isinstance(result, dict):
-        raise ChildError(f"the child's result is a {type(result).__name__}, not a JSON object")
-    return result
-
-
 def run_json(script: str, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
              timeout: float = 300) -> dict[str, Any]:
-    """Run ``python script *args`` in the foreground, in :func:`child_environment` plus ``env``; its result
-    line, or :class:`ChildError` with the child's last lines."""
-    try:
-        code, output = lifetime.run([sys.executable, script, *args], {**child_environment(), **(env or {})}, timeout)
-    except subprocess.TimeoutExpired:
-        raise ChildError(f"the child ran longer than {timeout:g} s and was stopped") from None
+    """Run ``python script *args`` with :func:`run`; the JSON object on the child's last ``NSPY_RESULT`` line, or
+    :class:`ChildError` with its last lines."""
+    output = run([sys.executable, script, *args], timeout, env, ChildError)
     tail = "\n".join(output.strip().splitlines()[-8:])
-    if code != 0:
-        raise ChildError(f"the child exited {code}:\n{tail}")
+    lines = [line for line in output.splitlines() if line.startswith(RESULT_MARKER)]
+    if not lines:
+        raise ChildError(f"the child printed no line starting with {RESULT_MARKER.strip()!r}; its last lines:\n{tail}")
     try:
-        return parse_result(output)
-    except ChildError as exc:
-        raise ChildError(f"{exc}; its last lines:\n{tail}") from exc
+        return json.loads(lines[-1][len(RESULT_MARKER):])
+    except json.JSONDecodeError as exc:
+        raise ChildError(f"the child's result line is not JSON ({exc}); its last lines:\n{tail}") from exc

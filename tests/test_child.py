@@ -10,21 +10,16 @@ def write(folder, name: str, source: str) -> str:
     return str(folder / name)
 
 
-def test_parse_result_takes_the_last_marked_line_among_other_output():
-    stdout = '==PROF== Connected\nNSPY_RESULT {"a": 1}\n"ID","x"\nNSPY_RESULT {"a": 2}\n==PROF== done\n'
-    assert child.parse_result(stdout) == {"a": 2}
+def test_run_json_takes_the_last_marked_line_among_other_output(tmp_path):
+    lines = ["==PROF== Connected", 'NSPY_RESULT {"a": 1}', '"ID","x"', 'NSPY_RESULT {"a": 2}', "==PROF== done"]
+    script = write(tmp_path, "noisy.py", "".join(f"print({line!r})\n" for line in lines))
+    assert child.run_json(script) == {"a": 2}
 
 
-def test_parse_result_without_a_marked_line_is_a_clear_error():
-    with pytest.raises(child.ChildError, match="no line starting with 'NSPY_RESULT'"):
-        child.parse_result("hello\n")
-
-
-def test_parse_result_rejects_broken_json_and_non_objects():
-    with pytest.raises(child.ChildError, match="not JSON"):
-        child.parse_result("NSPY_RESULT {oops\n")
-    with pytest.raises(child.ChildError, match="not a JSON object"):
-        child.parse_result("NSPY_RESULT [1, 2]\n")
+def test_run_json_reports_a_result_line_that_is_not_json(tmp_path):
+    script = write(tmp_path, "broken.py", "print('NSPY_RESULT {oops')\n")
+    with pytest.raises(child.ChildError, match=r"not JSON[\s\S]*NSPY_RESULT \{oops"):
+        child.run_json(script)
 
 
 def test_run_json_returns_the_result(tmp_path):

@@ -93,6 +93,8 @@ def test_nsight_table_refuses_settings_it_cannot_honour(tmp_path):
         ncu_cli.nsight_table(str(script), print, ncu="ncu", configs=[1], thermal_mode="auto")
     with pytest.raises(TypeError, match="output_csv is not an nsight.analyze.kernel setting it supports"):
         ncu_cli.nsight_table(str(script), print, ncu="ncu", configs=[1], output_csv=True)
+    with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'configs'"):
+        ncu_cli.nsight_table(str(script), print, ncu="ncu")
 
 
 def test_nsight_table_without_its_module_says_to_run_the_writefile_cell(tmp_path):
