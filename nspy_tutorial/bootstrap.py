@@ -51,11 +51,6 @@ def backend_choice() -> str:
     return value.strip().lower()
 
 
-def cuda_already_initialised() -> bool:
-    torch = sys.modules.get("torch")
-    return bool(torch is not None and torch.cuda.is_initialized())
-
-
 def probe_gpu() -> Gpu:
     """The GPU CUDA will use, its driver and the CUDA version the driver supports, from NVML."""
     try:
@@ -205,7 +200,8 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
         _ENV.notebook, _ENV.workdir = notebook, folder
         print_banner(_ENV)
         return _ENV
-    if cuda_already_initialised():
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
         raise CudaAlreadyInitialised(
             "CUDA is already initialised in this kernel: nsight-python's Nsight Compute backend could no longer attach, "
             "and torch may already hold its own libcupti, so setup refuses whichever backend would be chosen. Restart "
@@ -229,13 +225,7 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
     if problem:
         env.backend_reason += f"; but {problem}"
         setattr(env, "ncu_problem" if chosen == "ncu" else "cupti_problem", problem)
-    return _complete(env, installs)
-
-
-def _complete(env: Environment, installs: list[backend.NcuInstall]) -> Environment:
-    """The ncu command line and the device's facts (the first CUDA use, after nsight), or "no GPU"; keep, print."""
-    global _ENV
-    if env.has_gpu:
+    if env.has_gpu:  # the ncu command line and the device's facts: the first CUDA use, after nsight
         choose_cli(env, installs)
         env.facts = device_facts()
         env.datasheet = datasheet_for(env.facts.name)

@@ -88,18 +88,8 @@ def use_nsight(monkeypatch, *args, **kwargs) -> None:
 def fake_torch(initialised: bool) -> types.ModuleType:
     torch = types.ModuleType("torch")
     torch.cuda = types.SimpleNamespace(is_initialized=lambda: initialised)  # type: ignore[attr-defined]
+    torch.version = types.SimpleNamespace(cuda="13.0")  # type: ignore[attr-defined]
     return torch
-
-
-@pytest.mark.parametrize("initialised", [True, False])
-def test_cuda_already_initialised_asks_the_imported_torch(monkeypatch, initialised):
-    monkeypatch.setitem(sys.modules, "torch", fake_torch(initialised))
-    assert bootstrap.cuda_already_initialised() is initialised
-
-
-def test_cuda_is_not_initialised_when_torch_is_not_imported(monkeypatch):
-    monkeypatch.delitem(sys.modules, "torch", raising=False)
-    assert bootstrap.cuda_already_initialised() is False
 
 
 def fake_pynvml(count: int = 1, init_error: Exception | None = None) -> types.ModuleType:
@@ -180,14 +170,19 @@ def test_a_driver_below_cuda_13_rules_out_the_cuda_13_tools_and_says_so(cuda, ru
 # --------------------------------------------------------------------------
 
 
-def test_setup_refuses_when_cuda_is_already_initialised(monkeypatch):
-    monkeypatch.setattr(bootstrap, "cuda_already_initialised", lambda: True)
+def test_setup_refuses_when_the_imported_torch_has_started_cuda(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(True))
     probed = []
     monkeypatch.setattr(bootstrap, "probe_gpu", lambda: probed.append(1) or NO_GPU)
     with pytest.raises(CudaAlreadyInitialised, match="Restart"):
         bootstrap.setup("01_first")
     assert probed == []
     assert bootstrap._ENV is None
+
+
+def test_setup_goes_on_when_torch_is_imported_but_has_not_started_cuda(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(False))
+    assert run_setup_without_gpu(monkeypatch) is bootstrap._ENV
 
 
 def test_setup_without_gpu_returns_an_environment_with_no_backend(monkeypatch, capsys):
