@@ -109,16 +109,14 @@ class Environment:
         return rows
 
 
-def torch_cuda_text(env: Environment) -> str:
-    """Which CUDA torch was built for, and what that means on this machine."""
+def torch_cuda_text() -> str:
+    """Which CUDA torch was built for (none: a CPU-only build)."""
     try:
         import torch  # after `import nsight` (setup); importing torch does not start CUDA
     except ImportError:
         return "not importable"
     if torch.version.cuda is None:
         return "a CPU-only build: it cannot use a GPU"
-    if not env.has_gpu:
-        return f"built for CUDA {torch.version.cuda}; unused here: no NVIDIA GPU or driver"
     return f"CUDA {torch.version.cuda}"
 
 
@@ -128,7 +126,7 @@ def banner_lines(env: Environment) -> list[str]:
     if env.has_gpu and env.facts is not None:
         f, sheet = env.facts, env.datasheet
         lines.append(f"GPU          {f.name}  (compute capability {f.compute_capability[0]}.{f.compute_capability[1]}, "
-                     f"{f.sm_count} SMs, L2 {f.l2_mb:.0f} MB, {f.memory_bytes / 2**30:.0f} GiB)")
+                     f"{f.sm_count} SMs, L2 {f.l2_bytes / 2**20:.0f} MB, {f.memory_bytes / 2**30:.0f} GiB)")
         lines.append(f"clocks       max SM {f.max_sm_clock_mhz} MHz, max memory {f.max_mem_clock_mhz} MHz (NVML)")
         lines.append("datasheet    this GPU is not in the table: peaks unknown, use measured ceilings" if sheet is None
                      else f"datasheet    {sheet.gpu}: fp32 {sheet.fp32_tflops}, tf32 {sheet.tf32_tflops}, fp16 "
@@ -136,7 +134,7 @@ def banner_lines(env: Environment) -> list[str]:
     else:
         lines += [f"GPU          none -- {env.gpu_problem}", f"             {gpu_remedy(env.on_colab)}"]
     cuda = f" (supports CUDA {env.driver_cuda[0]}.{env.driver_cuda[1]})" if env.driver_cuda else ""
-    torch = f"torch {backend.installed('torch') or 'not installed'} ({torch_cuda_text(env)})"
+    torch = f"torch {backend.installed('torch') or 'not installed'} ({torch_cuda_text()})"
     lines.append(f"driver       {env.driver or '-'}{cuda}   {torch}")
     lines.append("nsight       " + ", ".join(f"{name} {backend.installed(name) or 'not installed'}"
                                              for name in backend.pins()))

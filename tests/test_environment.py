@@ -239,7 +239,6 @@ def fake_torch_build(cuda: str | None) -> types.ModuleType:
     ("cuda", "has_gpu", "text"),
     [
         (None, False, "(a CPU-only build: it cannot use a GPU)"),
-        ("13.0", False, "(built for CUDA 13.0; unused here: no NVIDIA GPU or driver)"),
         ("13.0", True, "(CUDA 13.0)"),
     ],
 )
@@ -261,6 +260,11 @@ def test_banner_lines_for_an_unknown_gpu_say_peaks_unknown():
     lines = banner_lines(env)
     assert lines[0].startswith("GPU          NVIDIA Future GPU  (compute capability 12.0, 40 SMs, L2 4 MB, 15 GiB)")
     assert any("not in the table: peaks unknown" in line for line in lines)
+
+
+def test_banner_lines_give_the_l2_and_the_memory_in_binary_units():
+    h200 = DeviceFacts("NVIDIA H200", (9, 0), 132, 60 * 2**20, 141 * 2**30, 1980, 3201)
+    assert "L2 60 MB, 141 GiB" in banner_lines(make_env(gpu_name="NVIDIA H200", facts=h200))[0]
 
 
 def test_banner_lines_for_a_known_gpu_give_its_datasheet_peaks():
