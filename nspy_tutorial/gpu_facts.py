@@ -43,14 +43,11 @@ class Datasheet:
 
     def peak_tflops(self, precision: str) -> Peak:
         """Peak for ``precision`` in {"fp32", "tf32", "fp16", "bf16", "fp8"}."""
-        if precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {precision!r}; use fp32, tf32, fp16, bf16 or fp8")
         return getattr(self, f"{precision}_tflops")
 
     def peak_clock_mhz(self, precision: str) -> float | None:
         """The SM clock (MHz) the ``precision`` peak is stated at (a kernel at clock f reaches at most
         ``peak x f / peak_clock_mhz``): ``tensor_clock_mhz`` for tensor precisions where given, else ``clock_mhz``."""
-        self.peak_tflops(precision)  # the same check of the name
         tensor = self.tensor_clock_mhz.value if precision != "fp32" else None
         return tensor or self.clock_mhz.value
 
@@ -93,10 +90,6 @@ class DeviceFacts:
     max_sm_clock_mhz: int | None
     max_mem_clock_mhz: int | None
     memory_bus_width_bits: int | None = None  # NVML; with the memory clock it bounds DRAM bandwidth
-
-    @property
-    def l2_mb(self) -> float:
-        return self.l2_bytes / 2**20
 
 
 def device_facts() -> DeviceFacts:
