@@ -32,8 +32,3 @@ def test_explicit_controls_override_the_tool_defaults():
 def test_an_unknown_source_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown source 'nsys'"):
         rules("nsys")
-
-
-def test_a_misspelt_control_is_a_clear_error():
-    with pytest.raises(ValueError, match="cache_control must be"):
-        rules("ncu", cache_control="flush")
