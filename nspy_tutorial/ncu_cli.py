@@ -32,15 +32,11 @@ KNOWN = {*DEFAULTS, "combine_kernel_metrics", "derive_metric", "normalize_agains
 
 
 class NcuCliError(RuntimeError):
-    """ncu exited non-zero, ran too long, or wrote no report."""
-
-
-class CountersNotPermitted(NcuCliError):
-    """The driver lets only administrators read GPU performance counters (ERR_NVGPUCTRPERM)."""
+    """ncu exited non-zero, ran too long, met refused counters, or wrote no report."""
 
 
 class ChildError(RuntimeError):
-    """:func:`run_json`'s child exited non-zero, timed out, or printed no result line."""
+    """:func:`run_json`'s child exited non-zero, timed out, met refused counters, or printed no result line."""
 
 
 def child_environment() -> dict[str, str]:
@@ -59,8 +55,8 @@ def command_text(cmd: Sequence[str]) -> str:
 def run(cmd: Sequence[str], timeout: float = 600, env: Mapping[str, str] | None = None,
         error: type[RuntimeError] = NcuCliError) -> str:
     """Run ncu (or :func:`run_json`'s Python) in the foreground, in :func:`child_environment` plus ``env``, after
-    giving back torch's cached GPU memory; its output, or :class:`CountersNotPermitted` (even with exit 0), or
-    ``error`` for a timeout or a non-zero exit, with the last lines."""
+    giving back torch's cached GPU memory; its output, or ``error`` for refused counters (ERR_NVGPUCTRPERM, even
+    with exit 0; the section guard skips it), a timeout or a non-zero exit."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
@@ -71,7 +67,7 @@ def run(cmd: Sequence[str], timeout: float = 600, env: Mapping[str, str] | None 
         raise error(f"{name} ran longer than {timeout:g} s and was stopped: {command_text(cmd)}") from None
     if COUNTERS_CODE in output:
         line = next(line for line in output.splitlines() if COUNTERS_CODE in line)
-        raise CountersNotPermitted(f"{line.strip()} -- what to do: {COUNTERS_REMEDY}")
+        raise error(f"{line.strip()} -- what to do: {COUNTERS_REMEDY}")
     if code != 0:
         raise error(f"{name} exited {code}:\n" + "\n".join(output.strip().splitlines()[-8:]))
     return output

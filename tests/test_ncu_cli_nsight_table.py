@@ -126,7 +126,7 @@ def fake_ncu(tmp_path, output: str, code: int) -> str:
 @pytest.mark.parametrize("code", [0, 1])
 def test_counters_reserved_to_administrators_are_named_with_what_to_do_whatever_ncu_exits(tmp_path, code):
     ncu = fake_ncu(tmp_path, PERMISSION_OUTPUT, code)
-    with pytest.raises(ncu_cli.CountersNotPermitted, match=r"ERR_NVGPUCTRPERM[\s\S]*NVreg_RestrictProfilingToAdminUsers=0"):
+    with pytest.raises(ncu_cli.NcuCliError, match=r"ERR_NVGPUCTRPERM[\s\S]*NVreg_RestrictProfilingToAdminUsers=0"):
         ncu_cli.run([ncu, "--version"])
 
 
