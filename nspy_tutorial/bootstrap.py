@@ -15,7 +15,6 @@ from nspy_tutorial.gpu_facts import datasheet_for, device_facts, nvml_handle
 from nspy_tutorial.sections import SettingError, first_line
 
 BACKEND_VAR = "NSPY_TUTORIAL_BACKEND"
-BACKEND_CHOICES = ("cupti",)  # or unset/empty: Nsight Compute if it works here, else CUPTI
 CUDA13_DRIVER = (13, 0)  # CUDA 13 tools (CUPTI 13.4, Nsight Compute 2026.x) need a driver for it: R580+
 INSTALL_TIMEOUT = 1200  # seconds for the Colab installs
 NEW_NCU = "Nsight Compute >= 2026.2.1"  # what nsight-python's Nsight Compute backend needs
@@ -45,7 +44,7 @@ def on_colab() -> bool:
 def backend_choice() -> str:
     """``NSPY_TUTORIAL_BACKEND`` lower-cased: "" (automatic) or "cupti"; anything else is an error."""
     value = os.environ.get(BACKEND_VAR, "")
-    if value.strip().lower() not in ("", *BACKEND_CHOICES):
+    if value.strip().lower() not in ("", "cupti"):
         raise SettingError(f"{BACKEND_VAR}={value!r} is not a backend choice; valid: cupti (skip Nsight Compute), "
                            "or unset/empty (Nsight Compute if it works here, else CUPTI)")
     return value.strip().lower()
