@@ -25,7 +25,7 @@ import pytest
 
 from nspy_tutorial.bootstrap import on_colab, probe_gpu
 from nspy_tutorial.card import read_section_records
-from nspy_tutorial.environment import gpu_remedy
+from nspy_tutorial.environment import GPU_REMEDY
 from nspy_tutorial.sections import RESULTS_VAR, required
 
 os.environ.setdefault("NSPY_TUTORIAL_STRICT", "1")
@@ -78,7 +78,7 @@ def problems(path: Path, records: list, gpu_problem: str | None) -> list[str]:
         r = by_name.get(name)
         if r is None or r.status != "SKIPPED" or "needs a GPU" not in (r.reason or ""):
             found.append(f"{name}: without a GPU it must be SKIPPED for the GPU, not {r and (r.status, r.reason)}")
-        elif r.remedy != gpu_remedy(on_colab()):
+        elif r.remedy != GPU_REMEDY[on_colab()]:
             found.append(f"{name}: remedy {r.remedy!r} is not this machine's")
     found += [f"{r.section}: skipped without a GPU but counted under need {r.needs!r}" for r in records
               if r.status == "SKIPPED" and r.needs != "gpu"]

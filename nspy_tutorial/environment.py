@@ -10,9 +10,9 @@ from nspy_tutorial.display import banner
 from nspy_tutorial.gpu_facts import Datasheet, DeviceFacts
 from nspy_tutorial.sections import COUNTERS_CODE, COUNTERS_REMEDY, Skip
 
-COLAB_GPU_HINT = "in Colab: Runtime -> Change runtime type -> T4 GPU, then run the notebook again"
-LOCAL_GPU_HINT = ("run on a machine with an NVIDIA GPU and its driver (`nvidia-smi` should list the GPU), "
-                  "or open the notebook in Colab with a T4 runtime")
+GPU_REMEDY = {True: "in Colab: Runtime -> Change runtime type -> T4 GPU, then run the notebook again",
+              False: "run on a machine with an NVIDIA GPU and its driver (`nvidia-smi` should list the GPU), "
+                     "or open the notebook in Colab with a T4 runtime"}  # by on_colab, as DRIVER_REMEDY
 NCU_REMEDY = (f"install Nsight Compute >= 2026.2.1 next to the old one (as root: `sudo bash {backend.installer_path()}`; "
               "on Colab the setup cell does it), then restart the kernel")
 CUPTI_REMEDY = "pip install 'nspy-tutorial[cupti]' (the README shows how to install it beside torch), then restart"
@@ -23,11 +23,6 @@ NEEDS = {"gpu": "gpu", "profiler": "profiler (either backend)", "ncu": "ncu (the
          "ncu-cli": "ncu-cli (ncu on a script)"}  # what a section can require, and plan()'s label for it
 LACKED_WITHOUT_GPU = {"gpu": (), "profiler": ("profiler",), "ncu": ("profiler", "ncu", "counters"),
                       "ncu-cli": ("ncu-cli", "counters")}  # no backend, no ncu that works, no counters to read
-
-
-def gpu_remedy(colab: bool) -> str:
-    """What to do without a GPU, where the reader is: Colab's runtime menu, or a GPU machine."""
-    return COLAB_GPU_HINT if colab else LOCAL_GPU_HINT
 
 
 def remedy(problem: str | None, colab: bool, otherwise: str) -> tuple[str, str | None]:
@@ -71,7 +66,7 @@ class Environment:
         if what not in NEEDS:
             raise ValueError(f"require(): unknown need {what!r}; use {', '.join(NEEDS)}")
         if not self.has_gpu:
-            raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab),
+            raise Skip(f"needs a GPU: {self.gpu_problem}", GPU_REMEDY[self.on_colab],
                        needs=("gpu", *LACKED_WITHOUT_GPU[what], also))
         if what == "profiler" and self.backend is None:
             fix, _ = remedy(self.cupti_problem, self.on_colab, CUPTI_REMEDY)
@@ -89,7 +84,7 @@ class Environment:
         """Raise :class:`Skip` unless the GPU's compute capability is at least ``minimum`` (need ``cc8.0``)."""
         need = f"cc{minimum[0]}.{minimum[1]}"
         if not self.has_gpu:
-            raise Skip(f"needs a GPU: {self.gpu_problem}", gpu_remedy(self.on_colab), needs=("gpu", need, also))
+            raise Skip(f"needs a GPU: {self.gpu_problem}", GPU_REMEDY[self.on_colab], needs=("gpu", need, also))
         have = self.facts.compute_capability
         if have < minimum:
             raise Skip(f"{feature} needs compute capability >= {minimum[0]}.{minimum[1]}; this {self.gpu_name} is "
@@ -132,7 +127,7 @@ def banner_lines(env: Environment) -> list[str]:
                      else f"datasheet    {sheet.gpu}: fp32 {sheet.fp32_tflops}, tf32 {sheet.tf32_tflops}, fp16 "
                           f"{sheet.fp16_tflops}, bf16 {sheet.bf16_tflops} TFLOP/s, {sheet.mem_bandwidth_gbs} GB/s")
     else:
-        lines += [f"GPU          none -- {env.gpu_problem}", f"             {gpu_remedy(env.on_colab)}"]
+        lines += [f"GPU          none -- {env.gpu_problem}", f"             {GPU_REMEDY[env.on_colab]}"]
     cuda = f" (supports CUDA {env.driver_cuda[0]}.{env.driver_cuda[1]})" if env.driver_cuda else ""
     torch = f"torch {backend.installed('torch') or 'not installed'} ({torch_cuda_text()})"
     lines.append(f"driver       {env.driver or '-'}{cuda}   {torch}")

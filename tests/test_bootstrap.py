@@ -208,10 +208,10 @@ def test_setup_without_gpu_banner_lines_give_the_remedy_for_where_the_reader_is(
     env = run_setup_without_gpu(monkeypatch)
     lines = banner_lines(env)
     assert lines[0] == f"GPU          none -- {NO_GPU.problem}"
-    assert lines[1].strip() == environment.LOCAL_GPU_HINT
+    assert lines[1].strip() == environment.GPU_REMEDY[False]
     assert any(line.startswith("backend      none") for line in lines)
     env.on_colab = True
-    assert banner_lines(env)[1].strip() == environment.COLAB_GPU_HINT
+    assert banner_lines(env)[1].strip() == environment.GPU_REMEDY[True]
 
 
 def test_setup_works_in_the_notebooks_own_folder_and_the_banner_names_it(monkeypatch, tmp_path):
