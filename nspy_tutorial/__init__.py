@@ -1,7 +1,6 @@
 """Helpers for the nspy-tutorial notebooks: :func:`setup` first, each section in a :class:`section`, then
 :func:`summary`. The names load on first use, so ``import nspy_tutorial`` imports neither torch nor nsight
-(their order is the bootstrap's) and is quick: the ``nspy-tutorial`` command installs its signal handlers next.
-"""
+(their order is the bootstrap's) and is quick: the ``nspy-tutorial`` command installs its signal handlers next."""
 
 import importlib
 

@@ -74,12 +74,6 @@ def choose_ncu(installs: list[NcuInstall]) -> NcuInstall | None:
     return max(good, key=lambda i: i.version or ()) if good else (installs[0] if installs else None)
 
 
-def put_first_on_path(directory: str) -> None:
-    """``directory`` first on PATH, once: nsight-python looks ``ncu`` up on PATH."""
-    parts = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != directory]
-    os.environ["PATH"] = os.pathsep.join([directory, *parts])
-
-
 @dataclasses.dataclass(frozen=True)
 class CuptiLibrary:
     """A libcupti shared library shipped in an nvidia-cuda-cupti wheel."""

@@ -4,7 +4,7 @@ tried in a child process (:mod:`probe`), best first; only the one that worked lo
 and one banner is printed. Notebook 01 first only looks (``steps="manual"``), takes the steps as cells, then
 calls ``setup`` as every notebook does: the probes its cells ran are kept, so they are not run again."""
 
-import dataclasses
+import collections
 import os
 import subprocess
 import sys
@@ -20,18 +20,12 @@ INSTALL_TIMEOUT = 1200  # seconds for the Colab installs
 NEW_NCU = "Nsight Compute >= 2026.2.1"  # what nsight-python's Nsight Compute backend needs
 
 
+# What NVML says, without starting CUDA: name, driver, the CUDA it supports, and why there is no usable GPU.
+Gpu = collections.namedtuple("Gpu", "name driver driver_cuda problem")
+
+
 class CudaAlreadyInitialised(RuntimeError):
     """CUDA started before ``import nsight``; Nsight Compute can no longer attach."""
-
-
-@dataclasses.dataclass
-class Gpu:
-    """What NVML says, without starting CUDA."""
-
-    name: str | None
-    driver: str | None
-    driver_cuda: tuple[int, int] | None
-    problem: str | None  # why there is no usable GPU
 
 
 _ENV: Environment | None = None
@@ -171,8 +165,10 @@ def choose_cli(env: Environment, installs: list[backend.NcuInstall]) -> None:
 
 def load(chosen: str | None, tool: object) -> tuple[str | None, str | None]:
     """Step 5: load the chosen backend in this process; (backend, why it did not load here)."""
-    if chosen == "ncu":
-        backend.put_first_on_path(os.path.dirname(tool.path))
+    if chosen == "ncu":  # nsight-python looks ncu up on PATH: this one first, once
+        folder = os.path.dirname(tool.path)
+        rest = [part for part in os.environ.get("PATH", "").split(os.pathsep) if part and part != folder]
+        os.environ["PATH"] = os.pathsep.join([folder, *rest])
     else:  # nothing for nsight to attach: it would only fail, or load what was not chosen
         os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"
         if chosen == "cupti":

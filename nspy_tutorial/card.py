@@ -1,7 +1,6 @@
 """The results card: the runner's pytest plug-in (``-p nspy_tutorial.card --nspy-card DIR --nspy-progress-fd FD``)
 that points ``NSPY_TUTORIAL_RESULTS`` at one records file per notebook, prints a progress line to FD before and
-after each, and at the end writes ``DIR/results.json`` and ``DIR/results.md`` (not when the run was interrupted).
-"""
+after each, and at the end writes ``DIR/results.json`` and ``DIR/results.md`` (not when the run was interrupted)."""
 
 import datetime as dt
 import json
@@ -61,8 +60,7 @@ def need_label(needs: str | None) -> str:
 
 
 def headline(entries: list[dict[str, Any]]) -> str:
-    """What ran, e.g. ``3 sections ran OK, 23 skipped (21 no GPU, 2 other reasons), 0 failed``, then each
-    notebook an error stopped."""
+    """What ran (``3 sections ran OK, 23 skipped (21 no GPU, 2 other reasons), 0 failed``); any error's stop."""
     sections = [s for entry in entries for s in entry["sections"]]
     counts = Counter(s["status"] for s in sections)
     skipped = Counter(need_label(s["needs"]) for s in sections if s["status"] == SKIPPED).most_common()

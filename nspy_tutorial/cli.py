@@ -1,6 +1,5 @@
 """The ``nspy-tutorial`` command line; :func:`main` installs the signal handling first: Ctrl-C or SIGTERM at
-any moment prints one line ``interrupted (SIGINT)``, exits 130 (SIGTERM: 143), leaves ``--out`` as it was.
-"""
+any moment prints one line ``interrupted (SIGINT)``, exits 130 (SIGTERM: 143), leaves ``--out`` as it was."""
 
 import signal
 import sys

@@ -105,8 +105,7 @@ def check_loaded(num_ranges: int, path: str | Path, writer: tuple[int, ...] | No
 
 
 def environment_record(env: Any) -> dict[str, Any]:
-    """Every field of ``env`` (an ``Environment`` from ``nt.setup``), the package versions, host and time, and the
-    banner's lines, as a JSON-ready dict."""
+    """``env`` (``nt.setup``'s), package versions, host, time and the banner's lines, as a JSON-ready dict."""
     torch = sys.modules.get("torch")
     return {"recorded_at_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **dataclasses.asdict(env), "workdir": str(env.workdir) if env.workdir else None,

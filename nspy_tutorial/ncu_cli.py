@@ -4,8 +4,7 @@
 An ncu of any version still profiles a separate Python in launch mode: :func:`nsight_table` runs a kernels
 module whose ``__main__`` is :func:`replay` (as nsight-python runs a decorated function) and reads the report
 with nsight-python's own extraction and aggregation (not public API: :func:`check_nsight_version`), so the notebook
-gets the very table the backend returns.
-"""
+gets the very table the backend returns."""
 
 import importlib.metadata
 import json
@@ -165,8 +164,6 @@ def replay(namespace: dict, argv: Sequence[str] | None = None) -> None:
     if len(args) != 3:
         raise SystemExit(f"usage: python {os.path.basename(sys.argv[0])} <function> <configs as JSON> <runs>")
     name, configs, runs = args[0], json.loads(args[1]), int(args[2])
-    if not callable(namespace.get(name)):
-        raise SystemExit(f"no function {name!r} in this module")
     from nsight.annotation import clear_active_annotations
 
     for config in configs:
@@ -180,8 +177,7 @@ def replay(namespace: dict, argv: Sequence[str] | None = None) -> None:
 
 def run_json(script: str, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
              timeout: float = 300) -> dict[str, Any]:
-    """Run ``python script *args`` with :func:`run`; the JSON object on the child's last ``NSPY_RESULT`` line, or
-    :class:`ChildError` with its last lines."""
+    """``python script *args`` through :func:`run`: the JSON on its last ``NSPY_RESULT`` line, else ChildError."""
     output = run([sys.executable, script, *args], timeout, env, ChildError)
     tail = "\n".join(output.strip().splitlines()[-8:])
     lines = [line for line in output.splitlines() if line.startswith(RESULT_MARKER)]

@@ -67,8 +67,7 @@ def environment(candidate: str, tool: str) -> dict[str, str]:
 
 
 def try_candidate(candidate: str, tool: str, machine: str, timeout: float | None = None) -> Outcome:
-    """Profile one tiny kernel with ``candidate`` in a child process; ``machine`` (:func:`machine_key`) and
-    the tool's path and file key the kept outcome."""
+    """Profile a tiny kernel with ``candidate`` in a child; kept by ``machine`` (:func:`machine_key`) and tool file."""
     timeout = TIMEOUT if timeout is None else timeout
     try:  # the tool's size and time: one replaced in place is probed again
         stat = os.stat(tool)

@@ -1,8 +1,7 @@
 """``nspy-tutorial run``: one ``pytest --nbmake`` process over copies of the notebooks, with the card plug-in
 (:mod:`card`). All lands in a hidden folder inside ``--out``; a complete run then replaces ``results.json``,
 ``results.md`` and ``notebooks/`` there (``--out`` itself stays: a mount point works). Ctrl-C or SIGTERM
-stops pytest, which stops the kernel; ``--out`` is left as it was.
-"""
+stops pytest, which stops the kernel; ``--out`` is left as it was."""
 
 import json
 import os

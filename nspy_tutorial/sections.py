@@ -53,16 +53,6 @@ class Skip(Exception):
         self.needs = self.lacks[0] if self.lacks else ""
 
 
-def counters_skip(exc: BaseException) -> BaseException:
-    """``exc`` as a :class:`Skip` (need ``counters``) if it reports ERR_NVGPUCTRPERM, else ``exc``."""
-    text = str(exc)
-    if isinstance(exc, Skip) or COUNTERS_CODE not in text:
-        return exc
-    line = next(line.strip() for line in text.splitlines() if COUNTERS_CODE in line)
-    return Skip(f"this machine reserves the GPU's performance counters to administrators: {first_line(line)}",
-                COUNTERS_REMEDY, needs="counters")
-
-
 def needs(value, section: str, need: str = "profiler"):
     """``value``, made by section ``section`` (e.g. ``"2b"``); when None, SKIPPED with that section's outcome."""
     if value is not None:
@@ -193,7 +183,10 @@ class section:
         if exc_type is not None and not issubclass(exc_type, Exception):
             return False  # KeyboardInterrupt, SystemExit: never swallowed
         record = SectionRecord(_NOTEBOOK["name"], self.name, OK, seconds=round(time.perf_counter() - self._start, 3))
-        exc = None if exc is None else counters_skip(exc)
+        if exc is not None and not isinstance(exc, Skip) and COUNTERS_CODE in str(exc):  # any tool's refusal
+            line = next(line.strip() for line in str(exc).splitlines() if COUNTERS_CODE in line)
+            exc = Skip(f"this machine reserves the GPU's performance counters to administrators: {first_line(line)}",
+                       COUNTERS_REMEDY, needs="counters")
         if exc is None and self.result:
             record.result = self.result
         elif exc is None:

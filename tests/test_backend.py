@@ -151,36 +151,6 @@ def test_find_ncu_installs_keeps_an_install_whose_version_cannot_be_read(tmp_pat
 
 
 # --------------------------------------------------------------------------
-# put_first_on_path
-# --------------------------------------------------------------------------
-
-
-def test_put_first_on_path_prepends_a_new_directory(monkeypatch):
-    monkeypatch.setenv("PATH", os.pathsep.join(["/usr/bin", "/bin"]))
-    backend.put_first_on_path("/opt/ncu")
-    assert os.environ["PATH"].split(os.pathsep) == ["/opt/ncu", "/usr/bin", "/bin"]
-
-
-def test_put_first_on_path_is_idempotent(monkeypatch):
-    monkeypatch.setenv("PATH", os.pathsep.join(["/usr/bin", "/bin"]))
-    backend.put_first_on_path("/opt/ncu")
-    backend.put_first_on_path("/opt/ncu")
-    assert os.environ["PATH"].split(os.pathsep) == ["/opt/ncu", "/usr/bin", "/bin"]
-
-
-def test_put_first_on_path_moves_an_existing_entry_to_the_front(monkeypatch):
-    monkeypatch.setenv("PATH", os.pathsep.join(["/usr/bin", "/opt/ncu", "/bin", "/opt/ncu"]))
-    backend.put_first_on_path("/opt/ncu")
-    assert os.environ["PATH"].split(os.pathsep) == ["/opt/ncu", "/usr/bin", "/bin"]
-
-
-def test_put_first_on_path_on_an_empty_path_adds_no_empty_entry(monkeypatch):
-    monkeypatch.setenv("PATH", "")
-    backend.put_first_on_path("/opt/ncu")
-    assert os.environ["PATH"] == "/opt/ncu"
-
-
-# --------------------------------------------------------------------------
 # cupti_problem
 # --------------------------------------------------------------------------
 

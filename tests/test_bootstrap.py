@@ -271,13 +271,19 @@ def test_loading_cupti_preloads_its_libcupti_keeps_nsight_compute_away_and_activ
     assert sys.modules["nsight"].get_active_tool().name == "CUPTI"
 
 
-def test_loading_nsight_compute_puts_its_ncu_first_and_lets_import_nsight_attach_it(monkeypatch):
-    put = []
-    monkeypatch.setattr(backend, "put_first_on_path", put.append)
+@pytest.mark.parametrize("path, then", [
+    ("/usr/bin:/bin", "/usr/bin:/bin"),  # a new folder goes first
+    ("/usr/bin:/opt/nvidia/nsight-compute/2026.2.1:/bin:/opt/nvidia/nsight-compute/2026.2.1", "/usr/bin:/bin"),  # moved
+    ("", ""),  # no empty entry added
+])
+def test_loading_nsight_compute_puts_its_ncu_first_once_and_lets_import_nsight_attach_it(monkeypatch, path, then):
+    monkeypatch.setenv("PATH", path)
     monkeypatch.delenv("NSPY_NCU_INIT_AT_IMPORT")
     use_nsight(monkeypatch, "ncu")
     assert bootstrap.load("ncu", NEW_NCU) == ("ncu", None)
-    assert put == ["/opt/nvidia/nsight-compute/2026.2.1"] and "NSPY_NCU_INIT_AT_IMPORT" not in os.environ
+    assert bootstrap.load("ncu", NEW_NCU) == ("ncu", None)  # twice: still once on PATH
+    assert os.environ["PATH"] == ":".join(filter(None, ["/opt/nvidia/nsight-compute/2026.2.1", then]))
+    assert "NSPY_NCU_INIT_AT_IMPORT" not in os.environ
 
 
 def test_a_backend_that_worked_in_the_child_but_not_here_is_reported_not_used(monkeypatch):
@@ -349,11 +355,12 @@ def test_manual_setup_only_looks(monkeypatch, capsys):
     monkeypatch.setattr(backend, "find_ncu_installs", lambda *a, **k: [OLD_NCU])
     forbidden = lambda *a, **k: pytest.fail("manual setup must not install, try, preload or read device facts")
     for owner, name in ((bootstrap, "install_on_colab"), (probe, "try_candidate"), (backend, "preload_cupti"),
-                        (backend, "put_first_on_path"), (bootstrap, "device_facts")):
+                        (bootstrap, "device_facts")):
         monkeypatch.setattr(owner, name, forbidden)
+    path = os.environ["PATH"]
     env = bootstrap.setup("01_install_ncu", steps="manual")
     out = capsys.readouterr().out
-    assert env.has_gpu and env.backend is None and env.facts is None
+    assert env.has_gpu and env.backend is None and env.facts is None and os.environ["PATH"] == path
     assert "Environment  (" not in out and "looked only" in out and OLD_NCU.path in out
     assert "NSPY_NCU_INIT_AT_IMPORT" not in os.environ  # not even this: the notebook decides
     assert bootstrap._ENV is None
