@@ -74,8 +74,8 @@ class Environment:
                        fix, needs=what)
         if what == "ncu" and self.backend != "ncu":
             fix, need = remedy(self.ncu_problem, self.on_colab, NCU_REMEDY)
-            raise Skip(f"needs nsight-python's Nsight Compute backend; the active backend is {self.backend or 'none'} "
-                       f"because {self.ncu_problem}", fix, needs=(need, what, "" if self.backend else "profiler"))
+            raise Skip(f"needs nsight-python's Nsight Compute backend; the active backend is {self.backend or 'none'}; "
+                       f"Nsight Compute: {self.ncu_problem}", fix, needs=(need, what, "" if self.backend else "profiler"))
         if what == "ncu-cli" and self.ncu_path is None:
             fix, need = remedy(self.cli_problem, self.on_colab, NCU_REMEDY)
             raise Skip(f"needs an ncu command line that works here: {self.cli_problem}", fix, needs=(need, what))

@@ -278,8 +278,9 @@ with nt.section("6. The new ncu first on PATH") as s:
 # **fresh Python**, best first -- the Nsight Compute backend with the new ncu, then CUPTI --
 # and only one whose child returned a real row is loaded here (sections 8 and 9).
 # `probe.try_candidate` runs `python -m nspy_tutorial.probe <candidate>` (printed below)
-# under a timeout and reads its one result line; the outcome is kept per machine, so a
-# second try in this runtime takes no time. The failed candidates' first error lines are
+# under a timeout and reads its one result line; the outcome is kept on disk per machine
+# (`~/.cache/nspy-tutorial/probes.json`), so a second try of the same tool is read back,
+# not run -- delete the file to try again. The failed candidates' first error lines are
 # what the banner and the later notebooks' skipped sections will quote.
 
 # %%
@@ -399,12 +400,13 @@ with nt.section("9. import nsight and activate the backend that worked") as s:
 
 # %% [markdown]
 # Everything the later notebooks' setup cell does in one call is now done by hand. The next
-# cell makes that call, as every later notebook does: it finds the probes of section 7 kept
-# (the banner says "kept from an earlier probe"), so it does not run them again, and finds
-# the tool already active, so loading it again changes nothing. What it adds is the ncu
-# command line (the newest ncu that profiles a kernel in launch mode, tried the same way)
-# and the GPU's own numbers -- the first time this notebook starts CUDA, after nsight --
-# then it prints the environment banner every later notebook prints.
+# cell makes that call, as every later notebook does. It finds what section 7 tried kept on
+# disk (its banner line says "kept from an earlier probe"), so nothing is tried twice, and it
+# activates the tool section 9 activated, which for the tool already active does nothing.
+# What it adds is the ncu command line (the newest ncu that profiles a kernel in launch
+# mode, tried the same way: a new try, with its seconds) and the GPU's own numbers -- the
+# first time this notebook starts CUDA, after nsight -- then the environment banner every
+# later notebook prints.
 
 # %%
 ENV = nt.setup("01_install_ncu")
@@ -521,7 +523,7 @@ with nt.section("11. When CUDA starts before nsight") as s:
     first_env = {**ncu_cli.child_environment(), "NSPY_NCU_INIT_AT_IMPORT": "1" if ENV.backend == "ncu" else "0"}
     child = run([sys.executable, import_order.__file__, "cuda-first"], env=first_env, timeout=300)
     outcome = (child.stdout.strip().splitlines() or ["no output"])[-1]  # the row, or the error's last line
-    unseen = "" if ENV.backend == "ncu" else "\n  (the Nsight Compute failure above needs that backend, not active here)"
+    unseen = "" if ENV.backend == "ncu" else "\n  (the Nsight Compute failure the text describes needs that backend)"
     print(f"  nsight-python, {ENV.backend} backend, CUDA started first: exit {child.returncode} -> {outcome}{unseen}")
     child = run([sys.executable, import_order.__file__, "cuda-before-setup"], env=ncu_cli.child_environment(),
                 timeout=300)
@@ -534,8 +536,9 @@ with nt.section("11. When CUDA starts before nsight") as s:
 # %% [markdown]
 # ## 12. A smoke test of the chosen backend
 #
-# Now torch may come in. One tiny kernel under `@nsight.analyze.kernel`: if this works,
-# the later notebooks' profiling sections will run. `verbosity=SILENT` keeps nsight
+# The setup call above started CUDA after nsight, so torch may now be used freely. One tiny
+# kernel under `@nsight.analyze.kernel`: if this works, the later notebooks' sections that
+# need a backend (`profiler`) will run; section 13 lists what else they need. `verbosity=SILENT` keeps nsight
 # quiet here (notebook 02 shows what it prints by default); the line above the result
 # says which rules the measurement followed.
 
@@ -552,7 +555,7 @@ with nt.section("12. Smoke test: profile one kernel") as s:
 
     r = smoke(1 << 20).to_dataframe().iloc[0]
     print(nt.rules(ENV.backend))
-    nt.claim(r["AvgValue"] > 0 and r["NumRuns"] == 3, "the profile returned three positive durations")
+    nt.claim(r["AvgValue"] > 0 and r["NumRuns"] == 3, "the profile returned a positive mean over its 3 runs")
     s.result = f"{ENV.backend} backend: x + 1 on 1M floats took {r['AvgValue'] / 1e3:.1f} us"
 
 # %% [markdown]
