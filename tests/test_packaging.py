@@ -7,6 +7,7 @@ call), once per test session, into a temporary folder.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -69,3 +70,12 @@ def test_the_sdists_own_static_tests_pass_in_the_unpacked_tree(sdist):
         cwd=tree, env=env, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_the_run_command_needs_only_the_base_install():
+    """`pip install -e .` then `nspy-tutorial run` (the README's first command): pytest and nbmake come with it."""
+    block = (ROOT / "pyproject.toml").read_text(encoding="utf-8").split("\ndependencies = [", 1)[1].split("\n]", 1)[0]
+    base = {re.split(r"[<>=\[ ;]", requirement)[0].lower() for requirement in re.findall(r'^\s*"([^"]+)"', block, re.M)}
+    runner = (ROOT / "nspy_tutorial" / "runner.py").read_text(encoding="utf-8")
+    assert '"-p", "nbmake.pytest_plugin"' in runner and '"-m", "pytest"' in runner
+    assert {"pytest", "nbmake"} <= base
