@@ -19,8 +19,8 @@
 # Every later notebook's first cell does all of this in one call, `nt.setup(...)`. Here
 # you do it by hand, one cell per step, in the order that matters: install → `PATH` →
 # try each backend in a child → libcupti → `import nsight` → only then torch and CUDA. The
-# setup cell below therefore only *looks* (GPU, driver, ncu); it installs, loads and imports
-# nothing. On Colab each notebook runs in a fresh runtime: the later notebooks' setup cells
+# setup cell below therefore only *looks* (GPU, driver, ncu); it installs, tries, loads and
+# imports no profiling tool (on Colab it pip-installs this tutorial's package). On Colab each notebook runs in a fresh runtime: the later notebooks' setup cells
 # install what they need themselves, so none of them needs this one to have run first.
 #
 # | backend | needs | gives |
@@ -28,7 +28,7 @@
 # | Nsight Compute (`nsight.Tool.NCU`) | ncu ≥ 2026.2.1 on `PATH`, loaded before CUDA, a driver it accepts | any metric, cache/clock control, replay |
 # | CUPTI (`nsight.Tool.CUPTI`, experimental) | `nsight-python[cupti]`, libcupti ≥ 13.4, a driver for CUDA 13 (R580+) | kernel durations only |
 #
-# On Colab (you are root there) section 3 installs Nsight Compute for real; anywhere
+# On Colab (you are root there) section 4 installs Nsight Compute for real; anywhere
 # else it shows the plan and the command to run. Sections that cannot run here are
 # SKIPPED with the reason and what to do.
 
@@ -588,10 +588,11 @@ with nt.section("13. What the later notebooks will run here") as s:
 #
 # ## Try it
 #
-# - Restart the kernel and, before section 9, run
-#   `os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"`: section 9 then shows no `injection_load_error`
-#   -- nsight did not even look for ncu -- and no tool at all unless CUPTI is the backend that
-#   worked in section 7 (the cell activates it).
+# - Where section 7 found the Nsight Compute backend working: restart the kernel and, before
+#   section 9, run `os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"`. Section 9 then shows no
+#   `injection_load_error` -- nsight did not even look for ncu -- and no tool at all, and its
+#   check that the tool that worked is active fails. (Where CUPTI is the backend, section 9
+#   sets this variable itself, so trying it changes nothing.)
 # - Restart, run `import torch` right after the setup cell, then sections 8 and 9: section
 #   8 refuses (torch came first), and on a machine whose torch ships an older libcupti,
 #   activating CUPTI is where it would have broken.
