@@ -52,8 +52,10 @@ def keep_table(table, func, configs: Sequence, runs: int, metrics: Sequence[str]
     folder = os.environ[KEEP_VAR]
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{os.path.basename(os.getcwd())}--{name or func.__name__}.json")
-    configs = [list(c) if isinstance(c, (list, tuple)) else [c] for c in configs]  # as nsight-python binds them
-    kept = {"call": {"function": func.__name__, "configs": configs, "runs": runs, "metrics": list(metrics)},
+    from nspy_tutorial.ncu_cli import as_tuples  # each config as nsight-python binds it
+
+    kept = {"call": {"function": func.__name__, "configs": [list(c) for c in as_tuples(configs)], "runs": runs,
+                     "metrics": list(metrics)},
             "dtypes": {column: str(dtype) for column, dtype in table.dtypes.items()},
             "table": json.loads(table.to_json(orient="split", index=False))}
     with open(path, "w", encoding="utf-8") as handle:
