@@ -31,6 +31,14 @@ def source(stem: str) -> str:
     return (SOURCES / f"{stem}.py").read_text(encoding="utf-8")
 
 
+def flat(text: str) -> str:
+    """``text`` on one line, as ``ruff format`` would print a call that fits: whitespace runs become one space,
+    none after an opening or before a closing bracket, no trailing comma (source checks that ignore layout)."""
+    text = re.sub(r"\s+", " ", text)
+    text = re.sub(r"([(\[{]) ", r"\1", text)
+    return re.sub(r",? ([)\]}])", r"\1", text)
+
+
 def functions(stem: str, *names: str, **namespace) -> SimpleNamespace:
     """The notebook's top-level functions ``names``, compiled into ``namespace`` (its globals)."""
     tree = ast.parse(source(stem).replace("{{SETUP}}", "pass").replace("{{SETUP_MANUAL}}", "pass"))

@@ -19,3 +19,11 @@ def test_ruff_finds_nothing():
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_lessons_are_formatted_by_ruff_at_100_columns():
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "notebooks/src"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, "run `ruff format notebooks/src`:\n" + done.stdout + done.stderr

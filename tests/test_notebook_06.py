@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from notebook_code import fixture, functions, import_module, module_source, source
+from notebook_code import fixture, flat, functions, import_module, module_source, source
 from scipy import stats
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -84,7 +84,7 @@ def test_every_kernel_is_written_once_in_the_module_the_ncu_command_line_runs(rk
     text = source(STEM)
     assert "SEED_SCRIPT" not in text and "TRANSFORMER_SCRIPT" not in text and "textwrap.dedent" not in text
     assert module_source(STEM, "roofline_kernels").rstrip().endswith("ncu_cli.replay(globals())")
-    assert re.search(r'ncu_cli\.nsight_table\("roofline_kernels\.py", rk\.limits,', text)
+    assert re.search(r'ncu_cli\.nsight_table\("roofline_kernels\.py", rk\.limits,', flat(text))
     assert callable(rk.limits) and callable(rk.roofs)
 
 
@@ -92,14 +92,14 @@ def test_one_visible_if_picks_the_tool_and_both_branches_get_the_same_settings()
     cells = re.split(r"^# %%", source(STEM), flags=re.M)
     measuring = [c for c in cells if "ncu_cli.nsight_table(" in c]
     assert len(measuring) == 1 and measuring[0].count('if ENV.backend == "ncu":') == 1
-    cell = measuring[0]
+    cell = flat(measuring[0])
     assert "nsight.analyze.kernel(configs=[CONFIG], **SETTINGS)(rk.limits)" in cell
-    assert "configs=[CONFIG],\n" in cell and "**SETTINGS)" in cell
+    assert "configs=[CONFIG], **SETTINGS)" in cell
     assert cell.count('nt.rules(source, cache_control="all", clock_control="none")') == 1  # what nsight_table runs
 
 
 def test_every_decorator_is_visible_silent_and_without_thermal_pauses():
-    text = source(STEM).replace("\n", " ")
+    text = flat(source(STEM))
     assert re.search(r'nsight\.analyze\.kernel\(runs=10, combine_kernel_metrics=lambda x, y: x \+ y, '
                      r'thermal_mode="off", verbosity=SILENT\)', text)
     settings = re.search(r"SETTINGS = dict\((.*?)\)\s+if ENV", text).group(1)

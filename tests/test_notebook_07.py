@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from notebook_code import fixture, functions, import_module, module_source, source
+from notebook_code import fixture, flat, functions, import_module, module_source, source
 from scipy import stats
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -237,14 +237,14 @@ def test_the_module_is_what_the_ncu_command_line_runs():
 
 
 def test_each_measured_section_decides_the_tool_in_one_if_and_both_branches_use_one_settings_dict():
-    src = source(STEM)
+    src = flat(source(STEM))
     for function in ("fk.fusion", "fk.gelu"):
         ncu = re.findall(rf"nsight\.analyze\.kernel\(configs=\[[^]]*\], \*\*SETTINGS\)\({function}\)", src)
         cli = re.findall(rf'ncu_cli\.nsight_table\("fusion_kernels\.py", {function}, ncu=ENV\.ncu_path, '
                          r"configs=\[[^]]*\],\s*\*\*SETTINGS\)", src)
         assert len(ncu) == len(cli) == 1, function
     assert src.count('if ENV.backend == "ncu":') == 2
-    settings = re.search(r"SETTINGS = dict\((.*?)\)\n", src, flags=re.S).group(1)
+    settings = re.search(r"SETTINGS = dict\((.*?)\) ", src).group(1)
     for setting in ('thermal_mode="off"', "verbosity=SILENT", "combine_kernel_metrics=add"):
         assert setting in settings
 

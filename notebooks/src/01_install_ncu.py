@@ -50,15 +50,22 @@ import textwrap
 from nspy_tutorial import backend, lifetime, ncu_cli, probe
 
 MIN_NCU = (2026, 2, 1, 0)  # what nsight-python 1.1 checks; section 9 reads it from nsight itself
-CUDA13 = (13, 0)  # CUDA 13 tools (CUPTI 13.4, Nsight Compute 2026.x) need a driver that supports CUDA 13
-FORCE_CUPTI = os.environ.get("NSPY_TUTORIAL_BACKEND", "").lower() == "cupti"  # skip Nsight Compute on purpose
+CUDA13 = (
+    13,
+    0,
+)  # CUDA 13 tools (CUPTI 13.4, Nsight Compute 2026.x) need a driver that supports CUDA 13
+FORCE_CUPTI = (
+    os.environ.get("NSPY_TUTORIAL_BACKEND", "").lower() == "cupti"
+)  # skip Nsight Compute on purpose
 PINS = backend.pins()  # pyproject.toml's exact versions: what this series was recorded with
 DPKG_NCU: dict[str, str] = {}  # package -> ncu launcher, filled by section 5
 TRIED: list[probe.Outcome] = []  # section 7's probes
 CHOSEN = None  # the backend a probe showed working: "ncu" or "cupti" (section 7)
 
 
-def run(cmd: list[str], echo: bool = False, timeout: float = 1200, env=None) -> subprocess.CompletedProcess:
+def run(
+    cmd: list[str], echo: bool = False, timeout: float = 1200, env=None
+) -> subprocess.CompletedProcess:
     """Print a command, run it in the foreground (stdout+stderr; ``echo``: shown as it comes); its tree ends with the cell."""
     print(f"$ {shlex.join(cmd)}")
     code, output = lifetime.run(cmd, env or dict(os.environ), timeout, echo=echo)
@@ -69,12 +76,17 @@ def find_ncus() -> list[tuple[str, tuple[int, ...] | None]]:
     """Every ncu we can find (on PATH, then /opt/nvidia/nsight-compute/*/ncu) with the version it reports."""
     found = []
     on_path = shutil.which("ncu")
-    for path in ([on_path] if on_path else []) + sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu")):
+    for path in ([on_path] if on_path else []) + sorted(
+        glob.glob("/opt/nvidia/nsight-compute/*/ncu")
+    ):
         real = os.path.realpath(path)
         if real not in [p for p, _ in found]:
-            out = subprocess.run([real, "--version"], capture_output=True, text=True, timeout=60).stdout
+            out = subprocess.run(
+                [real, "--version"], capture_output=True, text=True, timeout=60
+            ).stdout
             found.append((real, backend.parse_ncu_version(out)))
     return found
+
 
 # %% [markdown]
 # ## 1. The GPU and its driver
@@ -90,12 +102,20 @@ def find_ncus() -> list[tuple[str, tuple[int, ...] | None]]:
 # %%
 with nt.section("1. The GPU and its driver") as s:
     ENV.require("gpu")
-    smi = run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv"])
+    smi = run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv"]
+    )
     print(textwrap.indent(smi.stdout.strip(), "  "))
     cuda = f"{ENV.driver_cuda[0]}.{ENV.driver_cuda[1]}" if ENV.driver_cuda else "unknown"
     enough = ENV.driver_cuda is None or ENV.driver_cuda >= CUDA13
-    print(f"  NVML: driver {ENV.driver} supports CUDA {cuda}: "
-          + ("enough for CUDA 13 tools" if enough else "too old for CUDA 13 tools (CUPTI 13.4, Nsight Compute 2026.x)"))
+    print(
+        f"  NVML: driver {ENV.driver} supports CUDA {cuda}: "
+        + (
+            "enough for CUDA 13 tools"
+            if enough
+            else "too old for CUDA 13 tools (CUPTI 13.4, Nsight Compute 2026.x)"
+        )
+    )
     s.result = f"{ENV.gpu_name}, driver {ENV.driver} (CUDA {cuda})"
 
 # %% [markdown]
@@ -121,10 +141,14 @@ with nt.section("2. nsight-python, pinned") as s:
         nt.claim(run(cmd, echo=True).returncode == 0, f"pip installed nsight-python=={pin}")
     else:
         print(f"to install what the series was recorded with:\n  {shlex.join(cmd)}")
-    print(f"the CUPTI extra, beside the rest (what setup runs on Colab when needed):\n  "
-          f"{shlex.join(backend.cupti_install_command())}")
+    print(
+        f"the CUPTI extra, beside the rest (what setup runs on Colab when needed):\n  "
+        f"{shlex.join(backend.cupti_install_command())}"
+    )
     have = importlib.metadata.version("nsight-python")
-    s.result = f"nsight-python {have}" + ("" if have == pin else f" (recorded with {pin}; 1.1.x is tolerated)")
+    s.result = f"nsight-python {have}" + (
+        "" if have == pin else f" (recorded with {pin}; 1.1.x is tolerated)"
+    )
 
 # %% [markdown]
 # ## 3. Which `ncu` is installed, and how new
@@ -139,12 +163,24 @@ with nt.section("3. The ncu installs on this machine") as s:
     print(f'shutil.which("ncu") -> {shutil.which("ncu")}')
     INSTALLS = find_ncus()
     for path, version in INSTALLS:
-        verdict = "new enough" if version and version >= MIN_NCU else "too old for nsight-python's Nsight Compute backend"
+        verdict = (
+            "new enough"
+            if version and version >= MIN_NCU
+            else "too old for nsight-python's Nsight Compute backend"
+        )
         print(f"$ {path} --version   -> {backend.version_text(version)} ({verdict})")
     newest = max((v for _, v in INSTALLS if v), default=None)
     ready = newest is not None and newest >= MIN_NCU
-    s.result = ("no ncu on PATH or under /opt/nvidia/nsight-compute" if not INSTALLS else f"{len(INSTALLS)} ncu found, newest {backend.version_text(newest)}: "
-                + ("new enough for the Nsight Compute backend" if ready else f"none is {backend.version_text(MIN_NCU)} or newer"))
+    s.result = (
+        "no ncu on PATH or under /opt/nvidia/nsight-compute"
+        if not INSTALLS
+        else f"{len(INSTALLS)} ncu found, newest {backend.version_text(newest)}: "
+        + (
+            "new enough for the Nsight Compute backend"
+            if ready
+            else f"none is {backend.version_text(MIN_NCU)} or newer"
+        )
+    )
 
 # %% [markdown]
 # ## 4. Installing a current Nsight Compute beside the old one
@@ -173,11 +209,19 @@ with nt.section("3. The ncu installs on this machine") as s:
 # %%
 VERSIONS = ["2026.3.1", "2026.2.1"]  # nsight-compute-<version> packages to try, newest first
 INSTALLER = backend.installer_path()  # scripts/install_ncu.sh in a checkout links to it
-APT = ["apt-get", "-o", "DPkg::Lock::Timeout=120"]  # non-interactive (DEBIAN_FRONTEND below), waits for a held lock
+APT = [
+    "apt-get",
+    "-o",
+    "DPkg::Lock::Timeout=120",
+]  # non-interactive (DEBIAN_FRONTEND below), waits for a held lock
 
 with nt.section("4. Install a current ncu (Colab) or show the plan") as s:
     have = [p for p, v in find_ncus() if v and v >= MIN_NCU]
-    script_env = {**os.environ, "NCU_VERSIONS": " ".join(VERSIONS), "DEBIAN_FRONTEND": "noninteractive"}
+    script_env = {
+        **os.environ,
+        "NCU_VERSIONS": " ".join(VERSIONS),
+        "DEBIAN_FRONTEND": "noninteractive",
+    }
     old_driver = ENV.driver_cuda is not None and ENV.driver_cuda < CUDA13
     can_install = ENV.on_colab and ENV.has_gpu and os.geteuid() == 0 and shutil.which("apt-get")
     if have:
@@ -186,21 +230,47 @@ with nt.section("4. Install a current ncu (Colab) or show the plan") as s:
         run([*APT, "update", "-q"], echo=True, env=script_env)
         installed = None
         for version in VERSIONS:
-            if run([*APT, "install", "-y", "-q", f"nsight-compute-{version}"], echo=True, env=script_env).returncode == 0:
+            if (
+                run(
+                    [*APT, "install", "-y", "-q", f"nsight-compute-{version}"],
+                    echo=True,
+                    env=script_env,
+                ).returncode
+                == 0
+            ):
                 installed = f"nsight-compute-{version}"
                 break
-        if installed is None:  # apt could not: the script downloads NVIDIA's .deb and installs it with apt-get
+        if (
+            installed is None
+        ):  # apt could not: the script downloads NVIDIA's .deb and installs it with apt-get
             done = run(["bash", str(INSTALLER)], echo=True, env=script_env)
-            nt.claim(done.returncode == 0, "install_ncu.sh installed a new-enough ncu", f"exit {done.returncode}")
+            nt.claim(
+                done.returncode == 0,
+                "install_ncu.sh installed a new-enough ncu",
+                f"exit {done.returncode}",
+            )
             installed = f"with install_ncu.sh into {done.stdout.strip().splitlines()[-1]}"
         s.result = f"installed {installed}"
     else:
         done = run(["bash", str(INSTALLER), "--dry-run"], echo=True, env=script_env)
-        nt.claim(done.returncode == 0, "the installer's dry run succeeds and changes nothing", f"exit {done.returncode}")
-        print(f"\nTo install it yourself, as root (then restart the kernel and run this notebook again):\n"
-              f"  sudo bash {INSTALLER}")
-        why = ("the driver supports no CUDA 13" if old_driver else "not on Colab" if not ENV.on_colab
-               else "no GPU" if not ENV.has_gpu else "not root or no apt-get")
+        nt.claim(
+            done.returncode == 0,
+            "the installer's dry run succeeds and changes nothing",
+            f"exit {done.returncode}",
+        )
+        print(
+            f"\nTo install it yourself, as root (then restart the kernel and run this notebook again):\n"
+            f"  sudo bash {INSTALLER}"
+        )
+        why = (
+            "the driver supports no CUDA 13"
+            if old_driver
+            else "not on Colab"
+            if not ENV.on_colab
+            else "no GPU"
+            if not ENV.has_gpu
+            else "not root or no apt-get"
+        )
         s.result = f"nothing installed ({why}): `sudo bash {INSTALLER}` installs nsight-compute-{VERSIONS[0]}"
 
 # %% [markdown]
@@ -210,11 +280,15 @@ with nt.section("4. Install a current ncu (Colab) or show the plan") as s:
 # keep the launcher, `dpkg -L nsight-compute-<version> | grep /ncu$`. (The package also
 # carries per-architecture copies deeper down; the launcher is the shortest path.)
 
+
 # %%
 def where_ncu_came_from(dpkg_ncu: dict[str, str], packages: list[str], others: list[str]) -> str:
     """Section 5's line: each package's ncu, then any ncu found that no package lists."""
-    found = ([f"{p}: {path}" for p, path in dpkg_ncu.items()] or [f"{p}: no ncu in its files" for p in packages]
-             or ["no nsight-compute-* package installed"])
+    found = (
+        [f"{p}: {path}" for p, path in dpkg_ncu.items()]
+        or [f"{p}: no ncu in its files" for p in packages]
+        or ["no nsight-compute-* package installed"]
+    )
     if others:
         found.append(f"{', '.join(others)} came another way (e.g. the CUDA toolkit)")
     elif not dpkg_ncu:
@@ -224,21 +298,37 @@ def where_ncu_came_from(dpkg_ncu: dict[str, str], packages: list[str], others: l
 
 with nt.section("5. Find ncu with dpkg -L") as s:
     if shutil.which("dpkg-query") is None:
-        raise nt.Skip("no dpkg here: this is not a Debian/Ubuntu system",
-                      "look for ncu under /opt/nvidia/nsight-compute/<version>/ or in your package manager's file list")
-    listed = run(["dpkg-query", "-W", "-f", "${Package} ${Status};", "nsight-compute-*"])  # which are installed
-    packages = [entry.split()[0] for entry in listed.stdout.split(";") if entry.strip().endswith(" installed")]
+        raise nt.Skip(
+            "no dpkg here: this is not a Debian/Ubuntu system",
+            "look for ncu under /opt/nvidia/nsight-compute/<version>/ or in your package manager's file list",
+        )
+    listed = run(
+        ["dpkg-query", "-W", "-f", "${Package} ${Status};", "nsight-compute-*"]
+    )  # which are installed
+    packages = [
+        entry.split()[0]
+        for entry in listed.stdout.split(";")
+        if entry.strip().endswith(" installed")
+    ]
     print(f"  installed: {packages or 'no nsight-compute-* package'}")
     DPKG_NCU = {}
     for package in packages:
         files = run(["dpkg", "-L", package]).stdout.splitlines()
-        launchers = sorted((f for f in files if f.endswith("/ncu") and os.path.isfile(f) and os.access(f, os.X_OK)),
-                           key=len)
+        launchers = sorted(
+            (
+                f
+                for f in files
+                if f.endswith("/ncu") and os.path.isfile(f) and os.access(f, os.X_OK)
+            ),
+            key=len,
+        )
         print(f"  | grep /ncu$  -> {launchers or 'no ncu in this package'}")
         if launchers:
             DPKG_NCU[package] = launchers[0]
     listed = {os.path.realpath(path) for path in DPKG_NCU.values()}
-    s.result = where_ncu_came_from(DPKG_NCU, packages, [p for p, _ in find_ncus() if p not in listed])
+    s.result = where_ncu_came_from(
+        DPKG_NCU, packages, [p for p, _ in find_ncus() if p not in listed]
+    )
 
 # %% [markdown]
 # ## 6. `PATH`: put the new `ncu` first
@@ -260,12 +350,17 @@ with nt.section("6. The new ncu first on PATH") as s:
             os.environ["PATH"] = ncu_dir + os.pathsep + os.environ["PATH"]
         print(f'os.environ["PATH"] = {ncu_dir!r} + os.pathsep + os.environ["PATH"]')
         print(f'after:  shutil.which("ncu") -> {shutil.which("ncu")}')
-        nt.claim(os.path.realpath(shutil.which("ncu")) == NEW_NCU,
-                 "the ncu nsight-python will run is the newest new-enough one", NEW_NCU)
+        nt.claim(
+            os.path.realpath(shutil.which("ncu")) == NEW_NCU,
+            "the ncu nsight-python will run is the newest new-enough one",
+            NEW_NCU,
+        )
     else:
         print(f"no ncu >= {backend.version_text(MIN_NCU)}: PATH unchanged")
     which = shutil.which("ncu")
-    s.result = f"ncu on PATH: {which or 'none'}" + (f" ({backend.version_text(backend.ncu_version(which))})" if which else "")
+    s.result = f"ncu on PATH: {which or 'none'}" + (
+        f" ({backend.version_text(backend.ncu_version(which))})" if which else ""
+    )
 
 # %% [markdown]
 # ## 7. Try each backend in a child process before committing to one
@@ -289,7 +384,11 @@ with nt.section("7. Try each backend in a child process") as s:
     machine = probe.machine_key(ENV.gpu_name, ENV.driver)
     library = backend.find_cupti_library()  # found, not loaded
     candidates = [("ncu", NEW_NCU)] if NEW_NCU and not FORCE_CUPTI else []
-    if library and (ENV.driver_cuda is None or ENV.driver_cuda >= CUDA13) and backend.cupti_python_available():
+    if (
+        library
+        and (ENV.driver_cuda is None or ENV.driver_cuda >= CUDA13)
+        and backend.cupti_python_available()
+    ):
         candidates.append(("cupti", library.path))
     for candidate, tool in candidates:
         print(f"$ {shlex.join(probe.command(candidate, tool))}")
@@ -299,7 +398,9 @@ with nt.section("7. Try each backend in a child process") as s:
             CHOSEN = candidate
             break
     failed = "".join(f"; {o.candidate} failed: {o.detail}" for o in TRIED if not o.ok)
-    s.result = f"{CHOSEN or 'no backend'} works here{failed}" if candidates else "no candidate to try here"
+    s.result = (
+        f"{CHOSEN or 'no backend'} works here{failed}" if candidates else "no candidate to try here"
+    )
 
 # %% [markdown]
 # ## 8. The CUPTI route: load libcupti 13.4+ before torch does
@@ -324,6 +425,7 @@ with nt.section("7. Try each backend in a child process") as s:
 # which would load torch's libcupti -- and says which case this machine is. The check reads
 # `/proc/self/maps`: which libcupti files this process has really mapped.
 
+
 # %%
 def mapped_libcupti() -> list[str]:
     with open("/proc/self/maps") as maps:
@@ -336,7 +438,8 @@ def torch_cuda_version() -> str | None:
     if torch_spec is None:
         return None
     version_spec = importlib.util.spec_from_file_location(
-        "torch_version_only", os.path.join(os.path.dirname(torch_spec.origin), "version.py"))
+        "torch_version_only", os.path.join(os.path.dirname(torch_spec.origin), "version.py")
+    )
     version = importlib.util.module_from_spec(version_spec)
     version_spec.loader.exec_module(version)
     return version.cuda
@@ -359,12 +462,17 @@ with nt.section("8. Preload libcupti 13.4+ for the CUPTI backend") as s:
     if CHOSEN != "cupti":
         s.result = f"not needed: the backend that worked is {CHOSEN or 'none'}"
     else:
-        nt.claim("torch" not in sys.modules, "torch is not imported yet, so it has not loaded its own libcupti")
+        nt.claim(
+            "torch" not in sys.modules,
+            "torch is not imported yet, so it has not loaded its own libcupti",
+        )
         print(f"ctypes.CDLL({library.path!r}, mode=ctypes.RTLD_GLOBAL)")
         ctypes.CDLL(library.path, mode=ctypes.RTLD_GLOBAL)
         loaded = mapped_libcupti()
         print(f"libcupti mapped into this process: {loaded}")
-        nt.claim(os.path.realpath(library.path) in loaded, "the new libcupti is loaded, before torch")
+        nt.claim(
+            os.path.realpath(library.path) in loaded, "the new libcupti is loaded, before torch"
+        )
         s.result = f"preloaded libcupti {backend.version_text(library.version)} ({os.path.basename(library.path)}) before torch"
 
 # %% [markdown]
@@ -382,20 +490,28 @@ with nt.section("8. Preload libcupti 13.4+ for the CUPTI backend") as s:
 with nt.section("9. import nsight and activate the backend that worked") as s:
     if CHOSEN != "ncu":
         os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"
-        print('os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"   # Nsight Compute did not work in the child')
+        print(
+            'os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"   # Nsight Compute did not work in the child'
+        )
     import nsight
     from nsight.collection import ncu as nsight_ncu
 
     print(f"import nsight  (nsight-python {nsight.__version__})")
-    nt.claim(tuple(nsight_ncu.MIN_NCU_VERSION) == MIN_NCU, f"nsight-python requires ncu {backend.version_text(MIN_NCU)}+")
+    nt.claim(
+        tuple(nsight_ncu.MIN_NCU_VERSION) == MIN_NCU,
+        f"nsight-python requires ncu {backend.version_text(MIN_NCU)}+",
+    )
     if CHOSEN == "cupti":
         print("nsight.activate(nsight.Tool.CUPTI)")
         nsight.activate(nsight.Tool.CUPTI)
     active = nsight.get_active_tool()
     print(f"nsight.get_active_tool()                     -> {active}")
     print(f"nsight.collection.ncu.injection_load_error   -> {nsight_ncu.injection_load_error!r}")
-    nt.claim((active.name.lower() if active else None) == CHOSEN, "the tool active here is the one that worked in the "
-             "child", f"{active} vs {CHOSEN}")
+    nt.claim(
+        (active.name.lower() if active else None) == CHOSEN,
+        "the tool active here is the one that worked in the child",
+        f"{active} vs {CHOSEN}",
+    )
     s.result = f"active tool: {active.name if active else 'none'}"
 
 # %% [markdown]
@@ -458,7 +574,9 @@ def cuda_first() -> None:
         with nsight.annotate("x + 1"):
             _ = x + 1
 
-    row = one(1 << 16).to_dataframe().iloc[0]  # an error here ends the child with nsight's own message
+    row = (
+        one(1 << 16).to_dataframe().iloc[0]
+    )  # an error here ends the child with nsight's own message
     print(f"a row: {row['Annotation']} {row['AvgValue'] / 1e3:.1f} us")
 
 
@@ -472,7 +590,11 @@ def cuda_before_setup() -> None:
     nt.setup("wrong_order")
 
 
-PROGRAMS = {"import-nsight": import_nsight, "cuda-first": cuda_first, "cuda-before-setup": cuda_before_setup}
+PROGRAMS = {
+    "import-nsight": import_nsight,
+    "cuda-first": cuda_first,
+    "cuda-before-setup": cuda_before_setup,
+}
 
 if __name__ == "__main__":  # python import_order.py import-nsight | cuda-first | cuda-before-setup
     PROGRAMS[sys.argv[1]]()
@@ -492,14 +614,26 @@ with nt.section("10. NSPY_NCU_INIT_AT_IMPORT=0 in a child process") as s:
     for value in ("1", "0"):
         child_env = {**ncu_cli.child_environment(), "NSPY_NCU_INIT_AT_IMPORT": value}
         print(f"NSPY_NCU_INIT_AT_IMPORT={value} ", end="")
-        child = run([sys.executable, import_order.__file__, "import-nsight"], env=child_env, timeout=300)
+        child = run(
+            [sys.executable, import_order.__file__, "import-nsight"], env=child_env, timeout=300
+        )
         seen[value] = tool_and_error(child)
-        print(f"  exit {child.returncode}; tool, load error -> {seen[value] or child.stdout.strip().splitlines()[-1:]}")
-    nt.claim(seen["0"] == "None None", "with NSPY_NCU_INIT_AT_IMPORT=0, import nsight loads no tool and tries nothing",
-             str(seen["0"]))
-    kept_error = seen["1"] is not None and seen["1"].startswith("None ") and seen["1"] != "None None"
-    nt.claim(seen["1"] == "NCU None" or kept_error,
-             "by default, import nsight tries Nsight Compute: it loads it, or keeps the error", str(seen["1"]))
+        print(
+            f"  exit {child.returncode}; tool, load error -> {seen[value] or child.stdout.strip().splitlines()[-1:]}"
+        )
+    nt.claim(
+        seen["0"] == "None None",
+        "with NSPY_NCU_INIT_AT_IMPORT=0, import nsight loads no tool and tries nothing",
+        str(seen["0"]),
+    )
+    kept_error = (
+        seen["1"] is not None and seen["1"].startswith("None ") and seen["1"] != "None None"
+    )
+    nt.claim(
+        seen["1"] == "NCU None" or kept_error,
+        "by default, import nsight tries Nsight Compute: it loads it, or keeps the error",
+        str(seen["1"]),
+    )
     s.result = f"tool and load error: default {seen['1']}, with =0 {seen['0']}"
 
 # %% [markdown]
@@ -520,17 +654,33 @@ with nt.section("10. NSPY_NCU_INIT_AT_IMPORT=0 in a child process") as s:
 # %%
 with nt.section("11. When CUDA starts before nsight") as s:
     ENV.require("profiler")
-    first_env = {**ncu_cli.child_environment(), "NSPY_NCU_INIT_AT_IMPORT": "1" if ENV.backend == "ncu" else "0"}
+    first_env = {
+        **ncu_cli.child_environment(),
+        "NSPY_NCU_INIT_AT_IMPORT": "1" if ENV.backend == "ncu" else "0",
+    }
     child = run([sys.executable, import_order.__file__, "cuda-first"], env=first_env, timeout=300)
-    outcome = (child.stdout.strip().splitlines() or ["no output"])[-1]  # the row, or the error's last line
-    unseen = "" if ENV.backend == "ncu" else "\n  (the Nsight Compute failure the text describes needs that backend)"
-    print(f"  nsight-python, {ENV.backend} backend, CUDA started first: exit {child.returncode} -> {outcome}{unseen}")
-    child = run([sys.executable, import_order.__file__, "cuda-before-setup"], env=ncu_cli.child_environment(),
-                timeout=300)
+    outcome = (child.stdout.strip().splitlines() or ["no output"])[
+        -1
+    ]  # the row, or the error's last line
+    unseen = (
+        ""
+        if ENV.backend == "ncu"
+        else "\n  (the Nsight Compute failure the text describes needs that backend)"
+    )
+    print(
+        f"  nsight-python, {ENV.backend} backend, CUDA started first: exit {child.returncode} -> {outcome}{unseen}"
+    )
+    child = run(
+        [sys.executable, import_order.__file__, "cuda-before-setup"],
+        env=ncu_cli.child_environment(),
+        timeout=300,
+    )
     last = (child.stdout.strip().splitlines() or [""])[-1]
     print(f"  tutorial's setup after CUDA: exit {child.returncode}; last line:\n  {last}")
-    nt.claim(child.returncode != 0 and "CudaAlreadyInitialised" in last,
-             "setup refuses to run after CUDA has been initialised")
+    nt.claim(
+        child.returncode != 0 and "CudaAlreadyInitialised" in last,
+        "setup refuses to run after CUDA has been initialised",
+    )
     s.result = f"CUDA first, {ENV.backend} backend: {outcome}; the tutorial's setup refuses (CudaAlreadyInitialised)"
 
 # %% [markdown]
@@ -555,7 +705,10 @@ with nt.section("12. Smoke test: profile one kernel") as s:
 
     r = smoke(1 << 20).to_dataframe().iloc[0]
     print(nt.rules(ENV.backend))
-    nt.claim(r["AvgValue"] > 0 and r["NumRuns"] == 3, "the profile returned a positive mean over its 3 runs")
+    nt.claim(
+        r["AvgValue"] > 0 and r["NumRuns"] == 3,
+        "the profile returned a positive mean over its 3 runs",
+    )
     s.result = f"{ENV.backend} backend: x + 1 on 1M floats took {r['AvgValue'] / 1e3:.1f} us"
 
 # %% [markdown]
@@ -604,4 +757,4 @@ with nt.section("13. What the later notebooks will run here") as s:
 # source: [github.com/NVIDIA/nsight-python](https://github.com/NVIDIA/nsight-python)
 
 # %%
-nt.summary();
+nt.summary()

@@ -68,10 +68,13 @@ def refusal(call) -> str | None:
     try:
         call()
     except Exception as exc:
-        if not inspect.trace()[-1].frame.f_globals.get("__name__", "").startswith("nsight"):  # where it was raised
+        if (
+            not inspect.trace()[-1].frame.f_globals.get("__name__", "").startswith("nsight")
+        ):  # where it was raised
             raise
         return f"{type(exc).__name__}: " + (str(exc).splitlines() or [""])[0]
     return None
+
 
 # %% [markdown]
 # ## 1. Profile one fp32 matmul
@@ -99,6 +102,7 @@ def refusal(call) -> str | None:
 # (`verbosity=nsight.VerbosityLevel.SILENT`, as every later profile in this series), without
 # cooling pauses (`thermal_mode="off"`) and with `combine_kernel_metrics=add`.
 
+
 # %%
 @nsight.analyze.kernel
 def matmul(n: int) -> None:
@@ -108,8 +112,9 @@ def matmul(n: int) -> None:
         _ = a @ b
 
 
-profile_matmul_quietly = nsight.analyze.kernel(thermal_mode="off", combine_kernel_metrics=add,
-                                               verbosity=SILENT)(matmul.__wrapped__)
+profile_matmul_quietly = nsight.analyze.kernel(
+    thermal_mode="off", combine_kernel_metrics=add, verbosity=SILENT
+)(matmul.__wrapped__)
 
 with nt.section("1. Profile one fp32 matmul") as s:
     ENV.require("profiler")
@@ -122,8 +127,11 @@ with nt.section("1. Profile one fp32 matmul") as s:
     t_ns = float(row["AvgValue"])
     names = kernel_names(row["Kernel"])
     print("kernel(s) in the annotation:", *names, sep="\n  ")
-    nt.claim(not any(word in k.lower() for k in names for word in ("rand", "normal", "distribution")),
-             "no random-number kernel was measured: the inputs were made outside the annotation", f"{len(names)} kernel(s)")
+    nt.claim(
+        not any(word in k.lower() for k in names for word in ("rand", "normal", "distribution")),
+        "no random-number kernel was measured: the inputs were made outside the annotation",
+        f"{len(names)} kernel(s)",
+    )
     s.result = f"fp32 {N}^3 matmul: {t_ns / 1e3:,.1f} us on {row['GPU']} ({ENV.backend} backend)"
 
 # %% [markdown]
@@ -166,16 +174,36 @@ with nt.section("1. Profile one fp32 matmul") as s:
 
 # %%
 DOCUMENTED = [
-    "Annotation", "n", "Metric", "AvgValue", "StdDev", "MinValue", "MaxValue", "NumRuns",
-    "CI95_Lower", "CI95_Upper", "RelativeStdDevPct", "StableMeasurement", "Kernel", "GPU",
-    "Host", "ComputeClock", "MemoryClock", "Unit", "Normalized", "Geomean",
+    "Annotation",
+    "n",
+    "Metric",
+    "AvgValue",
+    "StdDev",
+    "MinValue",
+    "MaxValue",
+    "NumRuns",
+    "CI95_Lower",
+    "CI95_Upper",
+    "RelativeStdDevPct",
+    "StableMeasurement",
+    "Kernel",
+    "GPU",
+    "Host",
+    "ComputeClock",
+    "MemoryClock",
+    "Unit",
+    "Normalized",
+    "Geomean",
 ]
 
 with nt.section("2. Read the row: columns and TFLOP/s by hand") as s:
     ENV.require("profiler")
     extra, missing = set(df.columns) - set(DOCUMENTED), set(DOCUMENTED) - set(df.columns)
-    nt.claim(not extra and not missing, "the table above lists exactly the columns to_dataframe() returns",
-             f"undocumented: {sorted(extra)}, missing: {sorted(missing)}")
+    nt.claim(
+        not extra and not missing,
+        "the table above lists exactly the columns to_dataframe() returns",
+        f"undocumented: {sorted(extra)}, missing: {sorted(missing)}",
+    )
     flops = 2 * N**3  # one multiply and one add per inner-product term
     tflops = flops / (t_ns * 1e-9) / 1e12
     print(f"  {flops:.3e} flop in {t_ns:,.0f} ns = {tflops:.1f} TFLOP/s")
@@ -184,10 +212,18 @@ with nt.section("2. Read the row: columns and TFLOP/s by hand") as s:
         print("  this GPU's fp32 peak is not in the datasheet table: peak unknown, so no % of peak")
         s.result = f"{tflops:.1f} TFLOP/s (fp32 peak unknown)"
     else:
-        print(f"  datasheet fp32 peak for {ENV.datasheet.gpu}: {peak} TFLOP/s -> {100 * tflops / peak.value:.0f} % of peak")
-        print("  (a peak at the datasheet's clock: this profile measured no clock, and a loaded GPU need not hold that "
-              "one -- notebook 04 measures the clock a kernel ran at and sets it against the peak at that clock)")
-        nt.claim(tflops <= peak.value, "the measured rate does not exceed the datasheet peak", f"{tflops:.1f} vs {peak}")
+        print(
+            f"  datasheet fp32 peak for {ENV.datasheet.gpu}: {peak} TFLOP/s -> {100 * tflops / peak.value:.0f} % of peak"
+        )
+        print(
+            "  (a peak at the datasheet's clock: this profile measured no clock, and a loaded GPU need not hold that "
+            "one -- notebook 04 measures the clock a kernel ran at and sets it against the peak at that clock)"
+        )
+        nt.claim(
+            tflops <= peak.value,
+            "the measured rate does not exceed the datasheet peak",
+            f"{tflops:.1f} vs {peak}",
+        )
         s.result = f"{tflops:.1f} TFLOP/s = {100 * tflops / peak.value:.0f} % of the {ENV.datasheet.gpu} fp32 datasheet peak"
 
 # %% [markdown]
@@ -216,19 +252,38 @@ with nt.section("2. Read the row: columns and TFLOP/s by hand") as s:
 # %%
 with nt.section("3. One run, the unit, and the rated clock") as s:
     ENV.require("profiler")
-    nt.claim(row["NumRuns"] == 1 and pd.isna(row["StdDev"]), "with one run StdDev is NaN", f"StdDev={row['StdDev']}")
-    nt.claim(row["StableMeasurement"] is pd.NA, "with one run StableMeasurement is <NA>", repr(row["StableMeasurement"]))
-    nt.claim(row["Unit"] in ("ns", "nsecond"), "gpu__time_duration.sum is reported in nanoseconds", repr(row["Unit"]))
+    nt.claim(
+        row["NumRuns"] == 1 and pd.isna(row["StdDev"]),
+        "with one run StdDev is NaN",
+        f"StdDev={row['StdDev']}",
+    )
+    nt.claim(
+        row["StableMeasurement"] is pd.NA,
+        "with one run StableMeasurement is <NA>",
+        repr(row["StableMeasurement"]),
+    )
+    nt.claim(
+        row["Unit"] in ("ns", "nsecond"),
+        "gpu__time_duration.sum is reported in nanoseconds",
+        repr(row["Unit"]),
+    )
 
-    rows = [rows_of(profile_matmul_quietly(configs=[n])) for n in (256, 1024, N)]  # one call per size
+    rows = [
+        rows_of(profile_matmul_quietly(configs=[n])) for n in (256, 1024, N)
+    ]  # one call per size
     clocks = pd.concat(rows).ComputeClock
-    rated_khz = Device(torch.cuda.current_device()).properties.clock_rate  # the GPU the matmuls ran on
-    nt.claim(clocks.nunique() == 1 and int(clocks.iloc[0]) == int(rated_khz),
-             "ComputeClock is the device's clock-rate attribute, identical in every row",
-             f"{sorted(set(clocks))} kHz vs attribute {rated_khz} kHz")
+    rated_khz = Device(
+        torch.cuda.current_device()
+    ).properties.clock_rate  # the GPU the matmuls ran on
+    nt.claim(
+        clocks.nunique() == 1 and int(clocks.iloc[0]) == int(rated_khz),
+        "ComputeClock is the device's clock-rate attribute, identical in every row",
+        f"{sorted(set(clocks))} kHz vs attribute {rated_khz} kHz",
+    )
 
     pynvml.nvmlInit()
-    gpu = nt.nvml_handle()  # NVML's handle of the GPU CUDA runs on (NVML's own numbering ignores CUDA_VISIBLE_DEVICES)
+    # NVML's handle of the GPU CUDA runs on (NVML's own numbering ignores CUDA_VISIBLE_DEVICES)
+    gpu = nt.nvml_handle()
     time.sleep(2.0)  # nothing queued: let the GPU idle
     idle_mhz = pynvml.nvmlDeviceGetClockInfo(gpu, pynvml.NVML_CLOCK_SM)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
@@ -244,11 +299,21 @@ with nt.section("3. One run, the unit, and the rated clock") as s:
     rated_mhz = int(rated_khz) // 1000
     max_mhz = pynvml.nvmlDeviceGetMaxClockInfo(gpu, pynvml.NVML_CLOCK_SM)
     print(f"  ComputeClock (every row): {rated_mhz} MHz    NVML max SM clock: {max_mhz} MHz")
-    print(f"  NVML SM clock after 2 s idle: {idle_mhz} MHz    after 1 s of fp16 matmuls: {busy_mhz} MHz")
-    differ = [f"{m} MHz {when}" for m, when in ((idle_mhz, "idle"), (busy_mhz, "busy")) if m != rated_mhz]
-    print("  -> " + (f"the GPU ran at {' and '.join(differ)}: not what ComputeClock says" if differ else
-                     "every read matched ComputeClock here; ComputeClock is still the rating, not a reading "
-                     "(notebooks 04 and 08 catch this GPU at other clocks)"))
+    print(
+        f"  NVML SM clock after 2 s idle: {idle_mhz} MHz    after 1 s of fp16 matmuls: {busy_mhz} MHz"
+    )
+    differ = [
+        f"{m} MHz {when}" for m, when in ((idle_mhz, "idle"), (busy_mhz, "busy")) if m != rated_mhz
+    ]
+    print(
+        "  -> "
+        + (
+            f"the GPU ran at {' and '.join(differ)}: not what ComputeClock says"
+            if differ
+            else "every read matched ComputeClock here; ComputeClock is still the rating, not a reading "
+            "(notebooks 04 and 08 catch this GPU at other clocks)"
+        )
+    )
     s.result = f"ComputeClock {rated_mhz} MHz in every row; NVML read {idle_mhz} MHz idle, {busy_mhz} MHz busy; unit ns; 1 run -> <NA>"
 
 # %% [markdown]
@@ -275,6 +340,7 @@ with nt.section("3. One run, the unit, and the rated clock") as s:
 # a size with several kernels and no such name divided the work another way: read the
 # names it prints.
 
+
 # %%
 def a_plus_b_times_c(n: int) -> None:
     a, b, c = (torch.randn(n, device="cuda") for _ in range(3))
@@ -283,9 +349,13 @@ def a_plus_b_times_c(n: int) -> None:
 
 
 unfused = nsight.analyze.kernel(thermal_mode="off", verbosity=SILENT)(a_plus_b_times_c)
-unfused_combined = nsight.analyze.kernel(thermal_mode="off", verbosity=SILENT, combine_kernel_metrics=add)(a_plus_b_times_c)
+unfused_combined = nsight.analyze.kernel(
+    thermal_mode="off", verbosity=SILENT, combine_kernel_metrics=add
+)(a_plus_b_times_c)
 
-SPLIT_K = re.compile(r"split_?k", re.IGNORECASE)  # in the raw names too: "splitK", "splitKreduce_kernel", ...
+SPLIT_K = re.compile(
+    r"split_?k", re.IGNORECASE
+)  # in the raw names too: "splitK", "splitKreduce_kernel", ...
 
 
 def split_k(kernel_column: str) -> list[str]:
@@ -297,12 +367,22 @@ with nt.section("4. Several kernels in one annotation") as s:
     ENV.require("profiler")
     raised = refusal(lambda: unfused(1 << 20))
     print("  without combine_kernel_metrics:", raised or "nsight-python returned a table")
-    nt.claim(raised is not None, "without combine_kernel_metrics, nsight-python refuses a two-kernel region",
-             raised or "no refusal")
+    nt.claim(
+        raised is not None,
+        "without combine_kernel_metrics, nsight-python refuses a two-kernel region",
+        raised or "no refusal",
+    )
     both = rows_of(unfused_combined(1 << 20)).iloc[0]
     print(nt.rules(ENV.backend))
-    print(f"  with combine_kernel_metrics=add: {both['AvgValue']:,.0f} ns for", *kernel_names(both["Kernel"]), sep="\n    ")
-    nt.claim(len(kernel_names(both["Kernel"])) == 2, "with it, the Kernel column lists both kernels joined by '|'")
+    print(
+        f"  with combine_kernel_metrics=add: {both['AvgValue']:,.0f} ns for",
+        *kernel_names(both["Kernel"]),
+        sep="\n    ",
+    )
+    nt.claim(
+        len(kernel_names(both["Kernel"])) == 2,
+        "with it, the Kernel column lists both kernels joined by '|'",
+    )
 
     counts, split = {}, {}
     for n in (128, 256, 512, 1024, 2048, 4096):
@@ -311,13 +391,20 @@ with nt.section("4. Several kernels in one annotation") as s:
         print(f"  fp32 matmul {n:5d}: {counts[n]} kernel(s)", *kernel_names(column), sep="\n    ")
     several = [n for n in counts if counts[n] > 1]
     named = [n for n in several if split[n]]
-    print(f"  several kernels at {several or 'no size'}; split-K in their names at {named or 'no size'}"
-          + (f"; other splits (read the names) at {sorted(set(several) - set(named))}" if set(several) - set(named)
-             else ""))
+    print(
+        f"  several kernels at {several or 'no size'}; split-K in their names at {named or 'no size'}"
+        + (
+            f"; other splits (read the names) at {sorted(set(several) - set(named))}"
+            if set(several) - set(named)
+            else ""
+        )
+    )
     varies = len(set(counts.values())) > 1
-    s.result = (f"a+b*c = 2 kernels; fp32 matmul kernels per size {counts}"
-                + (" (varies with size on this GPU)" if varies else " (constant on this GPU)")
-                + f"; split-K named at {named or 'no size'}")
+    s.result = (
+        f"a+b*c = 2 kernels; fp32 matmul kernels per size {counts}"
+        + (" (varies with size on this GPU)" if varies else " (constant on this GPU)")
+        + f"; split-K named at {named or 'no size'}"
+    )
 
 # %% [markdown]
 # ## Takeaways
@@ -352,4 +439,4 @@ with nt.section("4. Several kernels in one annotation") as s:
 # source: [github.com/NVIDIA/nsight-python](https://github.com/NVIDIA/nsight-python)
 
 # %%
-nt.summary();
+nt.summary()

@@ -40,7 +40,10 @@ SILENT = nsight.VerbosityLevel.SILENT
 OUT = ""  # output_prefix is a plain string prefix; "" writes the CSVs into this notebook's work folder
 SIZES = [1 << 14, 1 << 24]  # a 64 KiB and a 64 MiB vector (float32)
 MATMUL_N = 2048
-TARGET, STEP = 1.0, None  # TARGET: the precision (%) section 5 plans for; STEP: its timer step (0: none), for section 6
+TARGET, STEP = (
+    1.0,
+    None,
+)  # TARGET: the precision (%) section 5 plans for; STEP: its timer step (0: none), for section 6
 
 
 def add(a: float, b: float) -> float:
@@ -64,6 +67,7 @@ def raw_runs(prefix: str, function: str) -> pd.DataFrame:
     raw = pd.read_csv(max(files, key=os.path.getmtime))
     return raw.assign(kernel=[label(a, n) for a, n in zip(raw.Annotation, raw.n)])
 
+
 # %% [markdown]
 # ## 1. Twenty runs of three kernels
 #
@@ -74,6 +78,7 @@ def raw_runs(prefix: str, function: str) -> pd.DataFrame:
 # aggregated table; we use them below to check every aggregate column. The table shows
 # the median and the minimum beside the mean: one slow run moves the mean, not the
 # median.
+
 
 # %%
 def add_vectors(n: int) -> None:
@@ -92,26 +97,56 @@ def matmul(n: int) -> None:
 
 QUIET = dict(thermal_mode="off", verbosity=SILENT, output_csv=True)
 vector_add_x20 = nsight.analyze.kernel(runs=20, output_prefix=f"{OUT}x20_", **QUIET)(add_vectors)
-matmul_x20 = nsight.analyze.kernel(runs=20, output_prefix=f"{OUT}x20_", combine_kernel_metrics=add, **QUIET)(matmul)
+matmul_x20 = nsight.analyze.kernel(
+    runs=20, output_prefix=f"{OUT}x20_", combine_kernel_metrics=add, **QUIET
+)(matmul)
 vector_add_x100 = nsight.analyze.kernel(runs=100, output_prefix=f"{OUT}x100_", **QUIET)(add_vectors)
 
 with nt.section("1. Twenty runs: mean, median, spread and the stability flag") as s:
     ENV.require("profiler")
-    df = pd.concat([vector_add_x20(configs=SIZES).to_dataframe(), matmul_x20(MATMUL_N).to_dataframe()], ignore_index=True)
-    RAW = pd.concat([raw_runs(f"{OUT}x20_", "add_vectors"), raw_runs(f"{OUT}x20_", "matmul")], ignore_index=True)
+    df = pd.concat(
+        [vector_add_x20(configs=SIZES).to_dataframe(), matmul_x20(MATMUL_N).to_dataframe()],
+        ignore_index=True,
+    )
+    RAW = pd.concat(
+        [raw_runs(f"{OUT}x20_", "add_vectors"), raw_runs(f"{OUT}x20_", "matmul")], ignore_index=True
+    )
     df["kernel"] = [label(a, n) for a, n in zip(df.Annotation, df.n)]
     df["kernels"] = df.Kernel.str.count(r"\|") + 1
     df["median"] = df.kernel.map(RAW.groupby("kernel").Value.median())
-    cols = ["kernel", "kernels", "AvgValue", "median", "MinValue", "StdDev", "CI95_Lower", "CI95_Upper",
-            "RelativeStdDevPct", "StableMeasurement"]
+    cols = [
+        "kernel",
+        "kernels",
+        "AvgValue",
+        "median",
+        "MinValue",
+        "StdDev",
+        "CI95_Lower",
+        "CI95_Upper",
+        "RelativeStdDevPct",
+        "StableMeasurement",
+    ]
     print(nt.rules(ENV.backend))
     print("times in microseconds; 'kernels' = GPU kernels per run in the annotation")
-    nt.show(df, cols, scale={c: 1e-3 for c in ("AvgValue", "median", "MinValue", "StdDev", "CI95_Lower", "CI95_Upper")})
+    nt.show(
+        df,
+        cols,
+        scale={
+            c: 1e-3
+            for c in ("AvgValue", "median", "MinValue", "StdDev", "CI95_Lower", "CI95_Upper")
+        },
+    )
     r = df.set_index("kernel")
-    small, large, mm = label("vector add", SIZES[0]), label("vector add", SIZES[1]), label("matmul", MATMUL_N)
-    s.result = (f"16K add mean {r.AvgValue[small] / 1e3:.2f} us (median {r['median'][small] / 1e3:.2f}, "
-                f"min {r.MinValue[small] / 1e3:.2f}), RSD {r.RelativeStdDevPct[small]:.1f}%; "
-                f"16M add RSD {r.RelativeStdDevPct[large]:.2f}%; matmul RSD {r.RelativeStdDevPct[mm]:.2f}%")
+    small, large, mm = (
+        label("vector add", SIZES[0]),
+        label("vector add", SIZES[1]),
+        label("matmul", MATMUL_N),
+    )
+    s.result = (
+        f"16K add mean {r.AvgValue[small] / 1e3:.2f} us (median {r['median'][small] / 1e3:.2f}, "
+        f"min {r.MinValue[small] / 1e3:.2f}), RSD {r.RelativeStdDevPct[small]:.1f}%; "
+        f"16M add RSD {r.RelativeStdDevPct[large]:.2f}%; matmul RSD {r.RelativeStdDevPct[mm]:.2f}%"
+    )
 
 # %% [markdown]
 # ## 2. Every aggregate, recomputed from the raw runs
@@ -136,20 +171,35 @@ with nt.section("2. Aggregates recomputed from the raw per-run CSV") as s:
     mine = pd.DataFrame({"mean": g.mean(), "sd": g.std(ddof=1), "count": g.count()}).reset_index()
     both = df.merge(mine, on=["Annotation", "n"])
     half = 1.96 * both["sd"] / np.sqrt(both["count"])
-    nt.claim(np.allclose(both.AvgValue, both["mean"]) and np.allclose(both.StdDev, both.sd),
-             "AvgValue and StdDev are the mean and the n-1 standard deviation of the raw runs")
-    nt.claim(np.allclose(both.CI95_Lower, both["mean"] - half) and np.allclose(both.CI95_Upper, both["mean"] + half),
-             "CI95 is mean +/- 1.96 * StdDev / sqrt(NumRuns)")
-    nt.claim(np.allclose(both.RelativeStdDevPct, 100 * both.sd / both["mean"].abs()),
-             "RelativeStdDevPct is 100 * StdDev / |mean|")
-    nt.claim(((both.RelativeStdDevPct < 2) == both.StableMeasurement.astype(bool)).all(),
-             "StableMeasurement is exactly RelativeStdDevPct < 2")
+    nt.claim(
+        np.allclose(both.AvgValue, both["mean"]) and np.allclose(both.StdDev, both.sd),
+        "AvgValue and StdDev are the mean and the n-1 standard deviation of the raw runs",
+    )
+    nt.claim(
+        np.allclose(both.CI95_Lower, both["mean"] - half)
+        and np.allclose(both.CI95_Upper, both["mean"] + half),
+        "CI95 is mean +/- 1.96 * StdDev / sqrt(NumRuns)",
+    )
+    nt.claim(
+        np.allclose(both.RelativeStdDevPct, 100 * both.sd / both["mean"].abs()),
+        "RelativeStdDevPct is 100 * StdDev / |mean|",
+    )
+    nt.claim(
+        ((both.RelativeStdDevPct < 2) == both.StableMeasurement.astype(bool)).all(),
+        "StableMeasurement is exactly RelativeStdDevPct < 2",
+    )
     both["nsight +/- us"] = half / 1e3
     both["Student t +/- us"] = both["count"].map(t95) * both["sd"] / np.sqrt(both["count"]) / 1e3
     print("  Student t / 1.96: " + ", ".join(f"{k} runs {t95(k) / 1.96:.2f}x" for k in (2, 5, 20)))
-    print(both[["kernel", "count", "nsight +/- us", "Student t +/- us"]].to_string(index=False, float_format="{:,.4f}".format))
-    s.result = (f"all 5 aggregate columns match the {len(RAW)} raw runs; Student t widens nsight's CI95 "
-                f"{t95(20) / 1.96:.2f}x at 20 runs")
+    print(
+        both[["kernel", "count", "nsight +/- us", "Student t +/- us"]].to_string(
+            index=False, float_format="{:,.4f}".format
+        )
+    )
+    s.result = (
+        f"all 5 aggregate columns match the {len(RAW)} raw runs; Student t widens nsight's CI95 "
+        f"{t95(20) / 1.96:.2f}x at 20 runs"
+    )
 
 # %% [markdown]
 # ## 3. The runs one by one
@@ -181,18 +231,24 @@ with nt.section("3. Per-run values") as s:
         ax.set_xlabel("run")
         i = int(np.argmax(np.abs(dev)))
         far[k] = (i, dev[i])
-        print(f"  {k}: median {np.median(v) / 1e3:.3f} us; farthest run {i} at {dev[i]:+.1f}%; "
-              f"run 0 at {dev[0]:+.1f}%")
+        print(
+            f"  {k}: median {np.median(v) / 1e3:.3f} us; farthest run {i} at {dev[i]:+.1f}%; "
+            f"run 0 at {dev[0]:+.1f}%"
+        )
     np.atleast_1d(axes)[0].set_ylabel("% from the median")
     plt.tight_layout()
     plt.show()
     tiny = RAW[RAW.kernel == label("vector add", SIZES[0])].Value
     seen = tiny.astype(int).value_counts().sort_index()
-    print(f"  16K add: {len(seen)} distinct values in {len(tiny)} runs (ns: count): "
-          + ", ".join(f"{v}: {c}" for v, c in seen.items()))
+    print(
+        f"  16K add: {len(seen)} distinct values in {len(tiny)} runs (ns: count): "
+        + ", ".join(f"{v}: {c}" for v, c in seen.items())
+    )
     worst = max(far, key=lambda k: abs(far[k][1]))
-    s.result = (f"farthest run: {worst}, run {far[worst][0]} at {far[worst][1]:+.0f}% of its median; "
-                f"16K add: {len(seen)} distinct values in {len(tiny)} runs")
+    s.result = (
+        f"farthest run: {worst}, run {far[worst][0]} at {far[worst][1]:+.0f}% of its median; "
+        f"16K add: {len(seen)} distinct values in {len(tiny)} runs"
+    )
 
 # %% [markdown]
 # ## 4. How the confidence interval narrows with the number of runs
@@ -202,6 +258,7 @@ with nt.section("3. Per-run values") as s:
 # t (solid) and with nsight's 1.96 (dotted). The dashed line is what the 100-run spread
 # predicts, t(k−1) · sd / √k. At small k the two intervals differ most -- exactly where
 # you can least afford an interval that is too narrow.
+
 
 # %%
 def ci_halfwidth_pct(values: np.ndarray, multiplier: float | None = None) -> float:
@@ -223,17 +280,30 @@ with nt.section("4. CI width against the number of runs") as s:
         w_t = np.array([ci_halfwidth_pct(v[:k]) for k in ks])
         w_z = np.array([ci_halfwidth_pct(v[:k], 1.96) for k in ks])
         widths[n] = w_t
-        line, = ax.plot(ks, w_t, label=f"vector add n={n:,} ({v.mean() / 1e3:.1f} us), Student t")
+        (line,) = ax.plot(ks, w_t, label=f"vector add n={n:,} ({v.mean() / 1e3:.1f} us), Student t")
         ax.plot(ks, w_z, ":", color=line.get_color(), lw=1, label="  same runs, nsight's 1.96")
-        ax.plot(ks, [100 * t95(k) * v.std(ddof=1) / math.sqrt(k) / v.mean() for k in ks], "--",
-                color=line.get_color(), lw=0.8)
-        print(f"  n={n:,}: +/-{w_t[5 - 2]:.2f}% at 5 runs (1.96 says +/-{w_z[5 - 2]:.2f}%), "
-              f"+/-{w_t[20 - 2]:.2f}% at 20, +/-{w_t[-1]:.2f}% at 100")
-    ax.set_xscale("log"); ax.set_yscale("log")
-    ax.set_xlabel("runs used (the first k)"); ax.set_ylabel("95% CI half-width, % of mean")
-    ax.legend(fontsize=7); plt.tight_layout(); plt.show()
-    s.result = "; ".join(f"n={n:,}: +/-{widths[n][5 - 2]:.2f}% at 5 runs -> +/-{widths[n][-1]:.2f}% at 100 (Student t)"
-                         for n in SIZES)
+        ax.plot(
+            ks,
+            [100 * t95(k) * v.std(ddof=1) / math.sqrt(k) / v.mean() for k in ks],
+            "--",
+            color=line.get_color(),
+            lw=0.8,
+        )
+        print(
+            f"  n={n:,}: +/-{w_t[5 - 2]:.2f}% at 5 runs (1.96 says +/-{w_z[5 - 2]:.2f}%), "
+            f"+/-{w_t[20 - 2]:.2f}% at 20, +/-{w_t[-1]:.2f}% at 100"
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("runs used (the first k)")
+    ax.set_ylabel("95% CI half-width, % of mean")
+    ax.legend(fontsize=7)
+    plt.tight_layout()
+    plt.show()
+    s.result = "; ".join(
+        f"n={n:,}: +/-{widths[n][5 - 2]:.2f}% at 5 runs -> +/-{widths[n][-1]:.2f}% at 100 (Student t)"
+        for n in SIZES
+    )
 
 # %% [markdown]
 # ## 5. How many runs for ±1 %: a rule from your data
@@ -282,6 +352,7 @@ with nt.section("4. CI width against the number of runs") as s:
 # And the plan describes *one batch*: the runs of one call, in one state of the GPU.
 # Section 6 asks whether a second batch lands inside it.
 
+
 # %%
 def timer_step(values: np.ndarray) -> float:
     """The timer's quantum as the runs show it: distinct durations within 2 ns of each other are one reading (tick
@@ -319,51 +390,92 @@ def runs_needed(rsd_pct: float, target_pct: float) -> int:
 with nt.section("5. Runs needed for a target precision") as s:
     ENV.require("profiler")
     series = [(k, g.Value.to_numpy(dtype=float)) for k, g in RAW.groupby("kernel", sort=False)]
-    series += [(f"{label('vector add', n)} x100", RAW100[RAW100.n == n].Value.to_numpy(dtype=float)) for n in SIZES]
+    series += [
+        (f"{label('vector add', n)} x100", RAW100[RAW100.n == n].Value.to_numpy(dtype=float))
+        for n in SIZES
+    ]
     step = timer_step(np.concatenate([v for _, v in series]))
     print(nt.rules(ENV.backend))
     name, v = series[0]  # the short kernel: the step must put each of its runs on one grid
     d = v - pd.Series(v).mode().iloc[0]
     off = np.abs(d - step * np.round(d / step)) if step else d
-    tol = np.minimum(2 + 0.5 * np.abs(np.round(d / step)), step / 4) if step else 0  # the step is read to the ns
-    if step >= 8 and (off <= tol).mean() >= 0.9:  # a grid shows: nine runs in ten within a quarter step of it
-        print(f"  timer step in these runs: {step:.0f} ns; rounding to it adds a spread of {step / math.sqrt(12):.1f} ns")
-        nt.claim((off <= tol).all(), f"{name}: every run is its commonest value plus a whole number of {step:.0f} ns "
-                 "steps (within 2 ns plus 0.5 ns per step, at most a quarter step)", f"farthest off by {off.max():.0f} ns")
+    tol = (
+        np.minimum(2 + 0.5 * np.abs(np.round(d / step)), step / 4) if step else 0
+    )  # the step is read to the ns
+    if (
+        step >= 8 and (off <= tol).mean() >= 0.9
+    ):  # a grid shows: nine runs in ten within a quarter step of it
+        print(
+            f"  timer step in these runs: {step:.0f} ns; rounding to it adds a spread of {step / math.sqrt(12):.1f} ns"
+        )
+        nt.claim(
+            (off <= tol).all(),
+            f"{name}: every run is its commonest value plus a whole number of {step:.0f} ns "
+            "steps (within 2 ns plus 0.5 ns per step, at most a quarter step)",
+            f"farthest off by {off.max():.0f} ns",
+        )
     else:
-        print(f"  no timer step shows in these runs (the step read, {step:.0f} ns, puts under 90 % of {name}'s runs "
-              "on one grid): durations are read as continuous, and no rounding spread is added")
+        print(
+            f"  no timer step shows in these runs (the step read, {step:.0f} ns, puts under 90 % of {name}'s runs "
+            "on one grid): durations are read as continuous, and no rounding spread is added"
+        )
         step = 0.0
     STEP, rows = step, []
     for name, v in series:
         (keep, spread), med = robust_spread(v, step), np.median(v)
-        dropped = ", ".join(f"run {i} {100 * (v[i] / med - 1):+.0f}%" for i in np.flatnonzero(~keep)) or "none"
-        rows.append({"kernel": name, "runs": len(v), "mean_us": v.mean() / 1e3, "median_us": med / 1e3,
-                     "min_us": v.min() / 1e3, "RSD_%": rsd(v), "robust_RSD_%": spread, "dropped": dropped,
-                     "runs_for_1%_classic": runs_needed(rsd(v), TARGET),
-                     "runs_for_1%_robust": runs_needed(spread, TARGET)})
+        dropped = (
+            ", ".join(f"run {i} {100 * (v[i] / med - 1):+.0f}%" for i in np.flatnonzero(~keep))
+            or "none"
+        )
+        rows.append(
+            {
+                "kernel": name,
+                "runs": len(v),
+                "mean_us": v.mean() / 1e3,
+                "median_us": med / 1e3,
+                "min_us": v.min() / 1e3,
+                "RSD_%": rsd(v),
+                "robust_RSD_%": spread,
+                "dropped": dropped,
+                "runs_for_1%_classic": runs_needed(rsd(v), TARGET),
+                "runs_for_1%_robust": runs_needed(spread, TARGET),
+            }
+        )
     plan = pd.DataFrame(rows).set_index("kernel")
     print(plan.to_string(float_format="{:,.3f}".format))
     for n in SIZES:
-        k20, k100 = plan.loc[[label("vector add", n), f"{label('vector add', n)} x100"], "runs_for_1%_robust"]
-        nt.claim(max(k20, k100) <= 3 * min(k20, k100), f"vector add n={n:,}: the plans from 20 and from 100 runs "
-                 "agree within a factor of 3", f"{k20} and {k100} runs")
+        k20, k100 = plan.loc[
+            [label("vector add", n), f"{label('vector add', n)} x100"], "runs_for_1%_robust"
+        ]
+        nt.claim(
+            max(k20, k100) <= 3 * min(k20, k100),
+            f"vector add n={n:,}: the plans from 20 and from 100 runs agree within a factor of 3",
+            f"{k20} and {k100} runs",
+        )
     name, v = series[-2]  # the short kernel's 100-run series: try its plan on it
     k = plan.loc[name, "runs_for_1%_robust"]
-    planned = t95(k) * plan.loc[name, "robust_RSD_%"] / math.sqrt(k)  # the half-width the plan aims the interval at
-    windows = [v[j:j + k] for j in range(0, len(v) - k + 1, k)]
+    planned = (
+        t95(k) * plan.loc[name, "robust_RSD_%"] / math.sqrt(k)
+    )  # the half-width the plan aims the interval at
+    windows = [v[j : j + k] for j in range(0, len(v) - k + 1, k)]
     met = sum(ci_halfwidth_pct(w) <= TARGET for w in windows)
     met_robust = sum(t95(k) * robust_spread(w, step)[1] / math.sqrt(k) <= TARGET for w in windows)
-    tried = (f"{len(windows)} windows of {k} runs: the Student-t interval of the mean met +/-{TARGET:g}% in {met}, "
-             f"with each window's robust spread in {met_robust}" if windows else f"the plan asks for {k} > 100 runs: not tried")
+    tried = (
+        f"{len(windows)} windows of {k} runs: the Student-t interval of the mean met +/-{TARGET:g}% in {met}, "
+        f"with each window's robust spread in {met_robust}"
+        if windows
+        else f"the plan asks for {k} > 100 runs: not tried"
+    )
     edge = " -- it sits on the line: expect many windows to miss" if planned > 0.9 * TARGET else ""
     tried = f"the plan aims at +/-{planned:.2f}% for +/-{TARGET:g}%{edge}; {tried}"
     print(f"  the plan on the 100-run 16K add: {tried}")
     worst = plan["runs_for_1%_robust"].idxmax()
     w = plan.loc[worst]
-    s.result = (f"+/-{TARGET:g}% at 95% needs {w['runs_for_1%_robust']} runs for {worst} (robust RSD "
-                f"{w['robust_RSD_%']:.2f}%, timer step {step:.0f} ns, dropped: {w['dropped']}; the classic RSD "
-                f"{w['RSD_%']:.2f}% would ask {w['runs_for_1%_classic']}); 100-run 16K add, {tried}")
+    s.result = (
+        f"+/-{TARGET:g}% at 95% needs {w['runs_for_1%_robust']} runs for {worst} (robust RSD "
+        f"{w['robust_RSD_%']:.2f}%, timer step {step:.0f} ns, dropped: {w['dropped']}; the classic RSD "
+        f"{w['RSD_%']:.2f}% would ask {w['runs_for_1%_classic']}); 100-run 16K add, {tried}"
+    )
 
 # %% [markdown]
 # ## 6. A second batch of the same kernel
@@ -392,6 +504,7 @@ with nt.section("5. Runs needed for a target precision") as s:
 # shift comes from the session (clock, temperature, other work on the GPU): a number that
 # must hold from session to session needs several batches, and the spread between them.
 
+
 # %%
 def holm(p) -> np.ndarray:
     """Holm's step-down adjustment: a family of p-values keeps its 5 % level whatever their number."""
@@ -412,10 +525,14 @@ def batch_shift(a: np.ndarray, b: np.ndarray, step: float) -> tuple[float, float
     """Welch's comparison of two batches of one kernel, from kept_stats of each: the second mean minus the first
     as % of the first, the 95 % half-width of that difference (same unit), and the two-sided p."""
     (ma, sa, na), (mb, sb, nb) = kept_stats(a, step), kept_stats(b, step)
-    va, vb = sa ** 2 / na, sb ** 2 / nb
-    df = (va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))  # Welch-Satterthwaite
+    va, vb = sa**2 / na, sb**2 / nb
+    df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))  # Welch-Satterthwaite
     se = math.sqrt(va + vb)
-    return 100 * (mb - ma) / ma, 100 * stats.t.ppf(0.975, df) * se / ma, float(2 * stats.t.sf(abs(mb - ma) / se, df))
+    return (
+        100 * (mb - ma) / ma,
+        100 * stats.t.ppf(0.975, df) * se / ma,
+        float(2 * stats.t.sf(abs(mb - ma) / se, df)),
+    )
 
 
 def batch_verdict(p_holm: float, gap: float, step: float) -> str:
@@ -424,48 +541,92 @@ def batch_verdict(p_holm: float, gap: float, step: float) -> str:
     if not p_holm < 0.05:
         return "not distinguishable"
     n = round(abs(gap) / step) if step else -1
-    return {-1: "differ", 0: "differ by under one timer step", 1: "differ by about one timer step"}.get(
-        n, f"differ by about {n} timer steps")
+    return {
+        -1: "differ",
+        0: "differ by under one timer step",
+        1: "differ by about one timer step",
+    }.get(n, f"differ by about {n} timer steps")
 
 
-with nt.section("6. A second batch of the same kernel: does it land inside the first's interval?") as s:
+with nt.section(
+    "6. A second batch of the same kernel: does it land inside the first's interval?"
+) as s:
     ENV.require("profiler")
     step = nt.needs(STEP, "5")
     rows = []
     for n in SIZES:
-        a, b = (frame[frame.n == n].Value.to_numpy(dtype=float) for frame in (RAW[RAW.Annotation == "vector add"], RAW100))
-        half = {runs: (m, t95(k) * sd / math.sqrt(k)) for runs, (m, sd, k) in ((20, kept_stats(a, step)),
-                                                                                (100, kept_stats(b, step)))}
+        a, b = (
+            frame[frame.n == n].Value.to_numpy(dtype=float)
+            for frame in (RAW[RAW.Annotation == "vector add"], RAW100)
+        )
+        half = {
+            runs: (m, t95(k) * sd / math.sqrt(k))
+            for runs, (m, sd, k) in ((20, kept_stats(a, step)), (100, kept_stats(b, step)))
+        }
         shift, within, p = batch_shift(a, b, step)
-        rows.append({"kernel": label("vector add", n), "median_20_us": np.median(a) / 1e3,
-                     "median_100_us": np.median(b) / 1e3, "gap_ns": np.median(b) - np.median(a), "mean_gap_ns": half[100][0] - half[20][0],
-                     "step_%_of_median": 100 * step / np.median(a), "p": p,
-                     **{f"CI95_{runs}_us": f"{(m - h) / 1e3:.3f}-{(m + h) / 1e3:.3f}" for runs, (m, h) in half.items()},
-                     "shift_%": shift, "shift_CI95_%": f"{shift - within:+.2f} to {shift + within:+.2f}",
-                     "CI95_20_+/-%": 100 * half[20][1] / half[20][0]})
+        rows.append(
+            {
+                "kernel": label("vector add", n),
+                "median_20_us": np.median(a) / 1e3,
+                "median_100_us": np.median(b) / 1e3,
+                "gap_ns": np.median(b) - np.median(a),
+                "mean_gap_ns": half[100][0] - half[20][0],
+                "step_%_of_median": 100 * step / np.median(a),
+                "p": p,
+                **{
+                    f"CI95_{runs}_us": f"{(m - h) / 1e3:.3f}-{(m + h) / 1e3:.3f}"
+                    for runs, (m, h) in half.items()
+                },
+                "shift_%": shift,
+                "shift_CI95_%": f"{shift - within:+.2f} to {shift + within:+.2f}",
+                "CI95_20_+/-%": 100 * half[20][1] / half[20][0],
+            }
+        )
     table = pd.DataFrame(rows).set_index("kernel")
-    table["gap_steps"], table["mean_gap_steps"] = (table.gap_ns / step, table.mean_gap_ns / step) if step else (np.nan,) * 2
+    table["gap_steps"], table["mean_gap_steps"] = (
+        (table.gap_ns / step, table.mean_gap_ns / step) if step else (np.nan,) * 2
+    )
     table["p_holm"] = holm(table.p)
-    table["verdict"] = [batch_verdict(p, gap, step) for p, gap in zip(table.p_holm, table.mean_gap_ns)]
+    table["verdict"] = [
+        batch_verdict(p, gap, step) for p, gap in zip(table.p_holm, table.mean_gap_ns)
+    ]
     print(nt.rules(ENV.backend))
-    print(f"  timer step {step:.0f} ns; Welch's t on the runs section 5 keeps; p Holm-adjusted over {len(table)} kernels")
+    print(
+        f"  timer step {step:.0f} ns; Welch's t on the runs section 5 keeps; p Holm-adjusted over {len(table)} kernels"
+    )
     print(table.to_string(float_format="{:,.3g}".format))
     for k, r in table.iterrows():
         size = abs(r["shift_%"])
-        print(f"  {k}: {r.verdict} (p_holm {r.p_holm:.2g}); second batch {r['shift_%']:+.2f}% from the first "
-              f"(95% interval of the difference {r['shift_CI95_%']}%): {size / TARGET:.1f}x the +/-{TARGET:g}% the "
-              f"plan aimed at, {'beyond' if size > r['CI95_20_+/-%'] else 'within'} the first batch's own "
-              f"+/-{r['CI95_20_+/-%']:.2f}%")
+        print(
+            f"  {k}: {r.verdict} (p_holm {r.p_holm:.2g}); second batch {r['shift_%']:+.2f}% from the first "
+            f"(95% interval of the difference {r['shift_CI95_%']}%): {size / TARGET:.1f}x the +/-{TARGET:g}% the "
+            f"plan aimed at, {'beyond' if size > r['CI95_20_+/-%'] else 'within'} the first batch's own "
+            f"+/-{r['CI95_20_+/-%']:.2f}%"
+        )
     small = table.loc[label("vector add", SIZES[0])]
     if step:  # a fact of this GPU's timer and this kernel's length, printed: not a claim the lesson depends on
         coarse = small["step_%_of_median"] > TARGET
-        print(f"  {small.name}: one timer step is {small['step_%_of_median']:.1f}% of its median, " + (
-              f"coarser than the +/-{TARGET:g}% the plan aimed at: the timer cannot size a shift between its batches "
-              "to the plan's precision" if coarse else f"within the +/-{TARGET:g}% the plan aimed at"))
+        print(
+            f"  {small.name}: one timer step is {small['step_%_of_median']:.1f}% of its median, "
+            + (
+                f"coarser than the +/-{TARGET:g}% the plan aimed at: the timer cannot size a shift between its batches "
+                "to the plan's precision"
+                if coarse
+                else f"within the +/-{TARGET:g}% the plan aimed at"
+            )
+        )
     differ = step and (table.verdict != "not distinguishable").any()
-    resolution = f"; the timer cannot size a shift finer than one step ({step:.0f} ns)" if differ else ""
-    s.result = "; ".join(f"{k}: {r.verdict} (p_holm {r.p_holm:.2g}; means {r['shift_%']:+.1f}% = {r.mean_gap_steps:+.1f} "
-                         f"steps apart, medians {r.gap_ns:+.0f} ns)" for k, r in table.iterrows()) + resolution
+    resolution = (
+        f"; the timer cannot size a shift finer than one step ({step:.0f} ns)" if differ else ""
+    )
+    s.result = (
+        "; ".join(
+            f"{k}: {r.verdict} (p_holm {r.p_holm:.2g}; means {r['shift_%']:+.1f}% = {r.mean_gap_steps:+.1f} "
+            f"steps apart, medians {r.gap_ns:+.0f} ns)"
+            for k, r in table.iterrows()
+        )
+        + resolution
+    )
 
 # %% [markdown]
 # ## Takeaways
@@ -504,4 +665,4 @@ with nt.section("6. A second batch of the same kernel: does it land inside the f
 # (`transformation.py` holds the aggregation)
 
 # %%
-nt.summary();
+nt.summary()

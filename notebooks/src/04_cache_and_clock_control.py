@@ -48,14 +48,21 @@ from scipy import stats
 
 from nspy_tutorial import ncu_cli
 
-SILENT = nsight.VerbosityLevel.SILENT  # every profile here is silent; notebook 02 shows nsight's output
+SILENT = (
+    nsight.VerbosityLevel.SILENT
+)  # every profile here is silent; notebook 02 shows nsight's output
 TIME, SM_HZ = "gpu__time_duration.sum", "gpc__cycles_elapsed.avg.per_second"
-DRAM_RATE, DRAM_WRITE = "dram__bytes.sum.per_second", "dram__bytes_write.sum"  # what the DRAM really moved
+DRAM_RATE, DRAM_WRITE = (
+    "dram__bytes.sum.per_second",
+    "dram__bytes_write.sum",
+)  # what the DRAM really moved
 SMALL = LARGE = None
 if ENV.facts:
     L2 = ENV.facts.l2_bytes
     SMALL, LARGE = L2 // 4 // 4, 8 * L2 // 4  # float32 elements: L2/4 and 8 x L2 bytes
-    print(f"L2 = {L2 / 2**20:.0f} MiB -> small vector {4 * SMALL / 2**20:.1f} MiB, large {4 * LARGE / 2**20:.0f} MiB")
+    print(
+        f"L2 = {L2 / 2**20:.0f} MiB -> small vector {4 * SMALL / 2**20:.1f} MiB, large {4 * LARGE / 2**20:.0f} MiB"
+    )
 
 
 def dram_peak_gbs(facts) -> float | None:
@@ -70,7 +77,11 @@ PEAK_GBS = dram_peak_gbs(ENV.facts)
 SHEET_GBS = ENV.datasheet.mem_bandwidth_gbs.value if ENV.datasheet else None
 # the fp16 datasheet peak and the SM clock the datasheet states it at (not always the maximum: the datasheet
 # states an H100 SXM's tensor peaks at 1830 MHz): the peak at a clock f is peak x f / that clock
-FP16 = (ENV.datasheet.fp16_tflops.value, ENV.datasheet.peak_clock_mhz("fp16")) if ENV.datasheet else (None, None)
+FP16 = (
+    (ENV.datasheet.fp16_tflops.value, ENV.datasheet.peak_clock_mhz("fp16"))
+    if ENV.datasheet
+    else (None, None)
+)
 
 # %% [markdown]
 # The kernels, written once. `%%writefile` puts them in `cache_kernels.py` (in this
@@ -134,20 +145,29 @@ with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s
     params = inspect.signature(nsight.analyze.kernel).parameters
     nsp = {k: params[k].default for k in ("cache_control", "clock_control")}
     print(f"  nsight-python: {nsp}")
-    nt.claim(nsp == {"cache_control": "all", "clock_control": "none"},
-             "nsight-python flushes caches and leaves clocks free by default")
+    nt.claim(
+        nsp == {"cache_control": "all", "clock_control": "none"},
+        "nsight-python flushes caches and leaves clocks free by default",
+    )
     cupti_params = inspect.signature(nsight.collection.cupti.CUPTICollector.__init__).parameters
-    nt.claim("cache_control" not in cupti_params and "clock_control" not in cupti_params,
-             "the CUPTI collector takes neither option: under CUPTI they are ignored")
+    nt.claim(
+        "cache_control" not in cupti_params and "clock_control" not in cupti_params,
+        "the CUPTI collector takes neither option: under CUPTI they are ignored",
+    )
     line = f"nsight-python cache={nsp['cache_control']}, clock={nsp['clock_control']}"
     if ENV.ncu_path:
         helptext = subprocess.run([ENV.ncu_path, "--help"], capture_output=True, text=True).stdout
-        cli = {k: re.search(rf"--{k}\s+arg\s+\(=(\w+)\)", helptext) for k in ("cache-control", "clock-control")}
+        cli = {
+            k: re.search(rf"--{k}\s+arg\s+\(=(\w+)\)", helptext)
+            for k in ("cache-control", "clock-control")
+        }
         if all(cli.values()):
             cli = {k: m.group(1) for k, m in cli.items()}
             print(f"  ncu --help:    {cli}")
-            nt.claim(cli == {"cache-control": "all", "clock-control": "base"},
-                     "the ncu command line flushes caches and locks clocks to base by default")
+            nt.claim(
+                cli == {"cache-control": "all", "clock-control": "base"},
+                "the ncu command line flushes caches and locks clocks to base by default",
+            )
             line += f"; ncu CLI cache={cli['cache-control']}, clock={cli['clock-control']}"
         else:
             print("  (could not read the defaults from this ncu's --help text)")
@@ -198,6 +218,7 @@ with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s
 #   kernel wrote; a rate above the clock-derived peak must be explained by them, or the
 #   check fails.
 
+
 # %%
 def per_run(x, y):
     """combine_kernel_metrics, on two kernels' [time, SM Hz, DRAM byte/s, DRAM bytes] of one run: times and bytes
@@ -207,7 +228,10 @@ def per_run(x, y):
     return out
 
 
-STREAMS = {"x * 2, fits in L2": "small", "x * 2, 8x L2": "large"}  # annotation -> the argument sizing it
+STREAMS = {
+    "x * 2, fits in L2": "small",
+    "x * 2, 8x L2": "large",
+}  # annotation -> the argument sizing it
 MATMUL = "fp16 matmul"
 
 
@@ -217,18 +241,33 @@ def per_configuration(tables: dict, matmul_n: int) -> pd.DataFrame:
     kernel moves and what the DRAM read and wrote; for the matmul, TFLOP/s."""
     rows = []
     for (cache, clock), table in tables.items():
-        value = [ncu_cli.to_base_units(v, u) for v, u in zip(table.AvgValue, table.Unit)]  # s, byte, byte/s, Hz
-        m = table.assign(value=value).pivot_table(index="Annotation", columns="Metric", values="value")
+        value = [
+            ncu_cli.to_base_units(v, u) for v, u in zip(table.AvgValue, table.Unit)
+        ]  # s, byte, byte/s, Hz
+        m = table.assign(value=value).pivot_table(
+            index="Annotation", columns="Metric", values="value"
+        )
         for annotation, r in m.iterrows():
             first = table[(table.Annotation == annotation) & (table.Metric == TIME)].iloc[0]
-            row = {"cache_control": cache, "clock_control": clock, "kernel": annotation, "time_us": r[TIME] * 1e6,
-                   "time RSD %": first.RelativeStdDevPct, "kernels": first.Kernel.count("|") + 1,
-                   "SM MHz": r[SM_HZ] / 1e6}
+            row = {
+                "cache_control": cache,
+                "clock_control": clock,
+                "kernel": annotation,
+                "time_us": r[TIME] * 1e6,
+                "time RSD %": first.RelativeStdDevPct,
+                "kernels": first.Kernel.count("|") + 1,
+                "SM MHz": r[SM_HZ] / 1e6,
+            }
             if annotation in STREAMS:
                 n = int(first[STREAMS[annotation]])
-                row.update({"GB/s": 8 * n / r[TIME] / 1e9, "DRAM GB/s": r[DRAM_RATE] / 1e9,
-                            "DRAM read / 4n": (r[DRAM_RATE] * r[TIME] - r[DRAM_WRITE]) / (4 * n),
-                            "DRAM wrote / 4n": r[DRAM_WRITE] / (4 * n)})
+                row.update(
+                    {
+                        "GB/s": 8 * n / r[TIME] / 1e9,
+                        "DRAM GB/s": r[DRAM_RATE] / 1e9,
+                        "DRAM read / 4n": (r[DRAM_RATE] * r[TIME] - r[DRAM_WRITE]) / (4 * n),
+                        "DRAM wrote / 4n": r[DRAM_WRITE] / (4 * n),
+                    }
+                )
             else:
                 row["TFLOP/s"] = 2 * matmul_n**3 / r[TIME] / 1e12
             rows.append(row)
@@ -243,44 +282,77 @@ def slowdown(table: pd.DataFrame, kernel: str, cache: str, clock: str) -> float:
 
 def check_cache(table: pd.DataFrame) -> str:
     """Flushed over warm time per stream size, and where the small stream's input came from (DRAM counters)."""
-    small, large = (1 / slowdown(table, kernel, "none", "none") for kernel in STREAMS)  # (all, none) / (none, none)
-    nt.claim(small > 1.1 and large < 1.1, "a warm L2 beats a flushed one only for the size that fits in L2",
-             f"flushed/warm time: {small:.2f}x (fits), {large:.2f}x (8x L2)")
+    small, large = (
+        1 / slowdown(table, kernel, "none", "none") for kernel in STREAMS
+    )  # (all, none) / (none, none)
+    nt.claim(
+        small > 1.1 and large < 1.1,
+        "a warm L2 beats a flushed one only for the size that fits in L2",
+        f"flushed/warm time: {small:.2f}x (fits), {large:.2f}x (8x L2)",
+    )
     fits, eight = STREAMS
     free = table[table.clock_control == "none"].set_index(["kernel", "cache_control"])
     warm, cold, big = free.loc[(fits, "none")], free.loc[(fits, "all")], free.loc[(eight, "none")]
-    nt.claim(warm["DRAM read / 4n"] < 0.1 and cold["DRAM read / 4n"] > 0.9, "warm, the small stream's input came "
-             "from L2 (the DRAM read under a tenth of it); flushed, from DRAM (over nine tenths)",
-             f"DRAM read {warm['DRAM read / 4n']:.3f} and {cold['DRAM read / 4n']:.3f} of the input")
-    print(f"  warm, the small stream lasts {warm.time_us:.1f} us and moves {warm['GB/s']:,.0f} GB/s out of L2 "
-          f"({warm['GB/s'] / big['GB/s']:.2f}x the 8x stream's rate out of DRAM): a kernel this short spends a share "
-          "of its time on its launch and the tail of its last blocks, so its rate is a lower bound on the L2's "
-          "bandwidth, not a measure of it")
+    nt.claim(
+        warm["DRAM read / 4n"] < 0.1 and cold["DRAM read / 4n"] > 0.9,
+        "warm, the small stream's input came "
+        "from L2 (the DRAM read under a tenth of it); flushed, from DRAM (over nine tenths)",
+        f"DRAM read {warm['DRAM read / 4n']:.3f} and {cold['DRAM read / 4n']:.3f} of the input",
+    )
+    print(
+        f"  warm, the small stream lasts {warm.time_us:.1f} us and moves {warm['GB/s']:,.0f} GB/s out of L2 "
+        f"({warm['GB/s'] / big['GB/s']:.2f}x the 8x stream's rate out of DRAM): a kernel this short spends a share "
+        "of its time on its launch and the tail of its last blocks, so its rate is a lower bound on the L2's "
+        "bandwidth, not a measure of it"
+    )
     return f"flushed/warm {small:.2f}x (fits in L2, served from L2 when warm), {large:.2f}x (8x L2)"
 
 
 def check_clock(table: pd.DataFrame, rated_khz: set) -> str:
     """Each kernel's own SM clock under both clock_control settings (caches flushed), and who feels the lock."""
-    mhz = table[table.cache_control == "all"].pivot(index="kernel", columns="clock_control", values="SM MHz")
-    print(f"  ComputeClock in every row: {sorted(k // 1000 for k in rated_khz)} MHz (the rating); the SM clock each "
-          "kernel ran at, MHz:\n" + mhz[["none", "base"]].to_string(float_format="{:,.0f}".format))
-    nt.claim((abs(mhz.none - mhz.base) > 0.01 * mhz.none).all(), "every kernel's SM clock moves with clock_control",
-             ", ".join(f"{k}: {r.none:,.0f} vs {r.base:,.0f} MHz" for k, r in mhz.iterrows()))
+    mhz = table[table.cache_control == "all"].pivot(
+        index="kernel", columns="clock_control", values="SM MHz"
+    )
+    print(
+        f"  ComputeClock in every row: {sorted(k // 1000 for k in rated_khz)} MHz (the rating); the SM clock each "
+        "kernel ran at, MHz:\n" + mhz[["none", "base"]].to_string(float_format="{:,.0f}".format)
+    )
+    nt.claim(
+        (abs(mhz.none - mhz.base) > 0.01 * mhz.none).all(),
+        "every kernel's SM clock moves with clock_control",
+        ", ".join(f"{k}: {r.none:,.0f} vs {r.base:,.0f} MHz" for k, r in mhz.iterrows()),
+    )
     apart = mhz.base.max() / mhz.base.min() - 1
     pinned = "one frequency" if apart < 0.02 else "not one frequency"
-    print(f"  under clock_control='base' the kernels' clocks were {apart:.1%} apart ({mhz.base.idxmin()} lowest): "
-          + ("one frequency, within 2 %" if apart < 0.02 else "'base' did not pin one frequency"))
+    print(
+        f"  under clock_control='base' the kernels' clocks were {apart:.1%} apart ({mhz.base.idxmin()} lowest): "
+        + ("one frequency, within 2 %" if apart < 0.02 else "'base' did not pin one frequency")
+    )
     eight = list(STREAMS)[1]
-    slow_mm, slow_stream = slowdown(table, MATMUL, "all", "base"), slowdown(table, eight, "all", "base")
+    slow_mm, slow_stream = (
+        slowdown(table, MATMUL, "all", "base"),
+        slowdown(table, eight, "all", "base"),
+    )
     ratio_mm, ratio_stream = mhz.none[MATMUL] / mhz.base[MATMUL], mhz.none[eight] / mhz.base[eight]
-    print(f"  locked/free time: fp16 matmul {slow_mm:.2f}x (its own clock fell {ratio_mm:.2f}x), 8x-L2 stream "
-          f"{slow_stream:.2f}x (its clock fell {ratio_stream:.2f}x)")
-    nt.claim(slow_mm > slow_stream, "the compute-bound matmul feels the clock lock more than the memory-bound stream",
-             f"{slow_mm:.2f}x vs {slow_stream:.2f}x")
-    nt.claim(abs(slow_mm / ratio_mm - 1) < 0.1, "the compute-bound matmul's time follows its own clock (locked/free "
-             "time within 10 % of its free/locked clock)", f"{slow_mm:.2f}x vs {ratio_mm:.2f}x")
-    return (f"matmul clock {mhz.none[MATMUL]:,.0f}->{mhz.base[MATMUL]:,.0f} MHz slows it {slow_mm:.2f}x, stream "
-            f"{slow_stream:.2f}x; under base: {pinned}")
+    print(
+        f"  locked/free time: fp16 matmul {slow_mm:.2f}x (its own clock fell {ratio_mm:.2f}x), 8x-L2 stream "
+        f"{slow_stream:.2f}x (its clock fell {ratio_stream:.2f}x)"
+    )
+    nt.claim(
+        slow_mm > slow_stream,
+        "the compute-bound matmul feels the clock lock more than the memory-bound stream",
+        f"{slow_mm:.2f}x vs {slow_stream:.2f}x",
+    )
+    nt.claim(
+        abs(slow_mm / ratio_mm - 1) < 0.1,
+        "the compute-bound matmul's time follows its own clock (locked/free "
+        "time within 10 % of its free/locked clock)",
+        f"{slow_mm:.2f}x vs {ratio_mm:.2f}x",
+    )
+    return (
+        f"matmul clock {mhz.none[MATMUL]:,.0f}->{mhz.base[MATMUL]:,.0f} MHz slows it {slow_mm:.2f}x, stream "
+        f"{slow_stream:.2f}x; under base: {pinned}"
+    )
 
 
 def check_peak(table: pd.DataFrame, peak_tflops: float | None, sheet_mhz: float | None) -> str:
@@ -290,18 +362,45 @@ def check_peak(table: pd.DataFrame, peak_tflops: float | None, sheet_mhz: float 
         print("  (this GPU's fp16 peak is not in the datasheet table: no % of peak)")
         return f"fp16 matmul up to {mm['TFLOP/s'].max():,.0f} TFLOP/s, datasheet peak unknown"
     mm["% datasheet"] = 100 * mm["TFLOP/s"] / peak_tflops
-    mm["% at its clock"] = 100 * mm["TFLOP/s"] / (peak_tflops * mm["SM MHz"] / sheet_mhz) if sheet_mhz else np.nan
-    print(f"  fp16 datasheet peak {peak_tflops:g} TFLOP/s, stated at "
-          + (f"{sheet_mhz:,.0f} MHz; at the clock f a kernel ran at: peak x f / {sheet_mhz:,.0f}" if sheet_mhz else
-             "a clock the datasheet table does not give: no % at the kernel's clock"))
-    print(mm[["cache_control", "clock_control", "kernels", "SM MHz", "TFLOP/s", "% datasheet", "% at its clock"]]
-          .to_string(index=False, float_format="{:,.1f}".format))
+    mm["% at its clock"] = (
+        100 * mm["TFLOP/s"] / (peak_tflops * mm["SM MHz"] / sheet_mhz) if sheet_mhz else np.nan
+    )
+    print(
+        f"  fp16 datasheet peak {peak_tflops:g} TFLOP/s, stated at "
+        + (
+            f"{sheet_mhz:,.0f} MHz; at the clock f a kernel ran at: peak x f / {sheet_mhz:,.0f}"
+            if sheet_mhz
+            else "a clock the datasheet table does not give: no % at the kernel's clock"
+        )
+    )
+    print(
+        mm[
+            [
+                "cache_control",
+                "clock_control",
+                "kernels",
+                "SM MHz",
+                "TFLOP/s",
+                "% datasheet",
+                "% at its clock",
+            ]
+        ].to_string(index=False, float_format="{:,.1f}".format)
+    )
     best = mm.loc[mm["TFLOP/s"].idxmax()]
     if sheet_mhz:
-        nt.claim((mm["% at its clock"] <= 100).all(), "the matmul never beats the fp16 peak at the clock it ran at",
-                 f"up to {mm['% at its clock'].max():.1f}%")
-    return (f"fp16 matmul {best['TFLOP/s']:,.0f} TFLOP/s = {best['% datasheet']:.0f}% of the datasheet peak"
-            + (f", {best['% at its clock']:.0f}% of it at its {best['SM MHz']:,.0f} MHz" if sheet_mhz else ""))
+        nt.claim(
+            (mm["% at its clock"] <= 100).all(),
+            "the matmul never beats the fp16 peak at the clock it ran at",
+            f"up to {mm['% at its clock'].max():.1f}%",
+        )
+    return (
+        f"fp16 matmul {best['TFLOP/s']:,.0f} TFLOP/s = {best['% datasheet']:.0f}% of the datasheet peak"
+        + (
+            f", {best['% at its clock']:.0f}% of it at its {best['SM MHz']:,.0f} MHz"
+            if sheet_mhz
+            else ""
+        )
+    )
 
 
 def check_bandwidth(table: pd.DataFrame, peak_gbs: float | None, sheet_gbs: float | None) -> str:
@@ -309,61 +408,118 @@ def check_bandwidth(table: pd.DataFrame, peak_gbs: float | None, sheet_gbs: floa
     big = table[table.kernel == "x * 2, 8x L2"]
     fastest = big.loc[big["GB/s"].idxmax()]
     share = fastest["DRAM wrote / 4n"]
-    print(f"  8x L2 stream, fastest ({fastest.cache_control}/{fastest.clock_control}): {fastest['GB/s']:,.0f} GB/s by "
-          f"the bytes the kernel moves, {fastest['DRAM GB/s']:,.0f} GB/s by the bytes the DRAM moved; the DRAM wrote "
-          f"{share:.3f} of what the kernel wrote" + (" (the rest was still in L2 when it ended)" if share < 1 else ""))
+    print(
+        f"  8x L2 stream, fastest ({fastest.cache_control}/{fastest.clock_control}): {fastest['GB/s']:,.0f} GB/s by "
+        f"the bytes the kernel moves, {fastest['DRAM GB/s']:,.0f} GB/s by the bytes the DRAM moved; the DRAM wrote "
+        f"{share:.3f} of what the kernel wrote"
+        + (" (the rest was still in L2 when it ended)" if share < 1 else "")
+    )
     sheet = f"{sheet_gbs:,.0f} GB/s on the datasheet" if sheet_gbs else "datasheet unknown"
     if peak_gbs is None:
         print("  (NVML did not report the memory clock and bus width: no clock-derived peak)")
         return f"8x L2 stream up to {fastest['GB/s']:,.0f} GB/s; {sheet}"
-    print(f"  DRAM peak from the device's memory clock and bus width: {peak_gbs:,.0f} GB/s; {sheet}")
+    print(
+        f"  DRAM peak from the device's memory clock and bus width: {peak_gbs:,.0f} GB/s; {sheet}"
+    )
     if sheet_gbs and fastest["GB/s"] > sheet_gbs:
-        print(f"  -> above the datasheet's figure, which is {100 * sheet_gbs / peak_gbs:.1f}% of the clock-derived "
-              "peak: the datasheet rounds down")
-    nt.claim((big["DRAM GB/s"] <= peak_gbs).all(), "the DRAM never moved more bytes per second than its clock and "
-             "bus width allow", f"max {big['DRAM GB/s'].max():,.0f} vs {peak_gbs:,.0f} GB/s")
+        print(
+            f"  -> above the datasheet's figure, which is {100 * sheet_gbs / peak_gbs:.1f}% of the clock-derived "
+            "peak: the datasheet rounds down"
+        )
+    nt.claim(
+        (big["DRAM GB/s"] <= peak_gbs).all(),
+        "the DRAM never moved more bytes per second than its clock and bus width allow",
+        f"max {big['DRAM GB/s'].max():,.0f} vs {peak_gbs:,.0f} GB/s",
+    )
     above = big[big["GB/s"] > peak_gbs]
     if len(above):  # a rate above the peak is a finding: the data must explain it, or this fails
-        nt.claim((above["DRAM wrote / 4n"] < 1).all(), "a stream rate above the DRAM peak is explained: part of its "
-                 "output never reached DRAM during the kernel", above[["GB/s", "DRAM wrote / 4n"]].to_string())
-    return f"8x L2 stream {fastest['GB/s']:,.0f} GB/s ({fastest['DRAM GB/s']:,.0f} by DRAM counters) vs peak " \
-           f"{peak_gbs:,.0f} from clocks, {sheet}"
+        nt.claim(
+            (above["DRAM wrote / 4n"] < 1).all(),
+            "a stream rate above the DRAM peak is explained: part of its "
+            "output never reached DRAM during the kernel",
+            above[["GB/s", "DRAM wrote / 4n"]].to_string(),
+        )
+    return (
+        f"8x L2 stream {fastest['GB/s']:,.0f} GB/s ({fastest['DRAM GB/s']:,.0f} by DRAM counters) vs peak "
+        f"{peak_gbs:,.0f} from clocks, {sheet}"
+    )
 
 
 def plot_times(table: pd.DataFrame) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
     for ax, kernel in zip(axes, [*STREAMS, MATMUL]):
         part = table[table.kernel == kernel]
-        ax.bar([f"cache={c}\nclock={k}" for c, k in zip(part.cache_control, part.clock_control)], part.time_us,
-               color=["C0", "C1", "C2"])
+        ax.bar(
+            [f"cache={c}\nclock={k}" for c, k in zip(part.cache_control, part.clock_control)],
+            part.time_us,
+            color=["C0", "C1", "C2"],
+        )
         ax.tick_params(axis="x", labelsize=7)
         ax.set_title(kernel)
         ax.set_ylabel("us")
     plt.tight_layout()
     plt.show()
 
+
 # %%
-COMBINATIONS = [("all", "none"), ("none", "none"), ("all", "base")]  # defaults; warm caches; locked clocks
-SETTINGS = dict(configs=[(SMALL, LARGE)], runs=3, metrics=[TIME, SM_HZ, DRAM_RATE, DRAM_WRITE],
-                combine_kernel_metrics=per_run, thermal_mode="off", verbosity=SILENT)
+COMBINATIONS = [
+    ("all", "none"),
+    ("none", "none"),
+    ("all", "base"),
+]  # defaults; warm caches; locked clocks
+SETTINGS = dict(
+    configs=[(SMALL, LARGE)],
+    runs=3,
+    metrics=[TIME, SM_HZ, DRAM_RATE, DRAM_WRITE],
+    combine_kernel_metrics=per_run,
+    thermal_mode="off",
+    verbosity=SILENT,
+)
 
 with nt.section("1. cache_control and clock_control, measured") as s:
-    if ENV.backend == "ncu":  # nsight-python's Nsight Compute backend: three profiles, in this process
-        tables, source = {(cache, clock): nsight.analyze.kernel(cache_control=cache, clock_control=clock, **SETTINGS)(
-            ck.stream_and_matmul)().to_dataframe() for cache, clock in COMBINATIONS}, "ncu"
+    if (
+        ENV.backend == "ncu"
+    ):  # nsight-python's Nsight Compute backend: three profiles, in this process
+        tables, source = (
+            {
+                (cache, clock): nsight.analyze.kernel(
+                    cache_control=cache, clock_control=clock, **SETTINGS
+                )(ck.stream_and_matmul)().to_dataframe()
+                for cache, clock in COMBINATIONS
+            },
+            "ncu",
+        )
     else:  # an older ncu: the ncu command line on the same file, one run per combination
         ENV.require("ncu-cli")
-        tables, source = {(cache, clock): ncu_cli.nsight_table(
-            "cache_kernels.py", ck.stream_and_matmul, ncu=ENV.ncu_path, cache_control=cache, clock_control=clock,
-            report=f"stream_and_matmul-{cache}-{clock}.ncu-rep", **SETTINGS) for cache, clock in COMBINATIONS}, "ncu-cli"
+        tables, source = (
+            {
+                (cache, clock): ncu_cli.nsight_table(
+                    "cache_kernels.py",
+                    ck.stream_and_matmul,
+                    ncu=ENV.ncu_path,
+                    cache_control=cache,
+                    clock_control=clock,
+                    report=f"stream_and_matmul-{cache}-{clock}.ncu-rep",
+                    **SETTINGS,
+                )
+                for cache, clock in COMBINATIONS
+            },
+            "ncu-cli",
+        )
     for cache, clock in COMBINATIONS:
         print(nt.rules(source, cache_control=cache, clock_control=clock))
     TABLE = per_configuration(tables, ck.MATMUL_N)
     print(TABLE.to_string(index=False, na_rep="", float_format=lambda v: f"{v:,.2f}"))
     plot_times(TABLE)
     rated = {int(k) for t in tables.values() for k in t.ComputeClock}
-    s.result = f"{source}: " + "; ".join([check_cache(TABLE), check_clock(TABLE, rated), check_peak(TABLE, *FP16),
-                                          check_bandwidth(TABLE, PEAK_GBS, SHEET_GBS)])
+    s.result = f"{source}: " + "; ".join(
+        [
+            check_cache(TABLE),
+            check_clock(TABLE, rated),
+            check_peak(TABLE, *FP16),
+            check_bandwidth(TABLE, PEAK_GBS, SHEET_GBS),
+        ]
+    )
 
 # %% [markdown]
 # The matmul is the contrast: a memory-bound stream mostly waits on DRAM, so it feels the
@@ -400,6 +556,7 @@ with nt.section("1. cache_control and clock_control, measured") as s:
 # distinguishable after Holm. The check, on the size that fits in L2 (the one whose starting
 # state the flush changes), fails only if the flushed runs spread distinguishably *narrower*.
 
+
 # %%
 def holm(p) -> np.ndarray:
     """Holm's step-down adjustment: a family of p-values keeps its 5 % level whatever their number."""
@@ -414,18 +571,30 @@ def compare_spread(raw: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for n, g in raw.groupby("n", sort=False):
         runs = {flush: g[g.flush == flush].Value.to_numpy(dtype=float) for flush in (False, True)}
-        dev = {flush: np.abs(np.log(v) - np.median(np.log(v))).mean() for flush, v in runs.items()}  # the test's
-        row = {"n": n, "p": stats.levene(np.log(runs[False]), np.log(runs[True]), center="median").pvalue,
-               "flushed/warm spread": dev[True] / dev[False] if dev[False] else np.inf}
+        dev = {
+            flush: np.abs(np.log(v) - np.median(np.log(v))).mean() for flush, v in runs.items()
+        }  # the test's
+        row = {
+            "n": n,
+            "p": stats.levene(np.log(runs[False]), np.log(runs[True]), center="median").pvalue,
+            "flushed/warm spread": dev[True] / dev[False] if dev[False] else np.inf,
+        }
         for flush, v in runs.items():
             name = "flushed" if flush else "warm"
             row[f"RSD {name} %"] = 100 * v.std(ddof=1) / v.mean()
-            row[f"robust {name} %"] = 100 * 1.4826 * np.median(np.abs(v - np.median(v))) / np.median(v)
+            row[f"robust {name} %"] = (
+                100 * 1.4826 * np.median(np.abs(v - np.median(v))) / np.median(v)
+            )
         rows.append(row)
     table = pd.DataFrame(rows)
     table["p_holm"] = holm(table.p)
-    table["verdict"] = np.where(~(table.p_holm < 0.05), "not distinguishable", np.where(
-        table["flushed/warm spread"] > 1, "flushed spread larger", "flushed spread smaller"))
+    table["verdict"] = np.where(
+        ~(table.p_holm < 0.05),
+        "not distinguishable",
+        np.where(
+            table["flushed/warm spread"] > 1, "flushed spread larger", "flushed spread smaller"
+        ),
+    )
     return table
 
 
@@ -433,37 +602,65 @@ def check_spread(raw: pd.DataFrame, fits: int) -> str:
     """compare_spread printed; the claim on the size that fits in L2 (``fits`` elements)."""
     spread = compare_spread(raw)
     print(spread.to_string(index=False, float_format="{:,.3g}".format))
-    said = {r.n: f"flushed {r.ratio:.2f}x warm ({'wider' if r.ratio > 1 else 'narrower'}), "
-            f"{'' if r.p_holm < 0.05 else 'not '}distinguishable after Holm (p_holm {r.p_holm:.2g})"
-            for r in spread.rename(columns={"flushed/warm spread": "ratio"}).itertuples()}
-    nt.claim(spread.set_index("n").verdict[fits] != "flushed spread smaller", "fits in L2: the flushed runs spread no "
-             "narrower than the warm ones by a difference distinguishable after Holm -- a flush fixes the starting "
-             "state, not the spread", said[fits])
-    return "spread (the test's mean distance from the median): " + "; ".join(f"n={n:,} {v}" for n, v in said.items())
+    said = {
+        r.n: f"flushed {r.ratio:.2f}x warm ({'wider' if r.ratio > 1 else 'narrower'}), "
+        f"{'' if r.p_holm < 0.05 else 'not '}distinguishable after Holm (p_holm {r.p_holm:.2g})"
+        for r in spread.rename(columns={"flushed/warm spread": "ratio"}).itertuples()
+    }
+    nt.claim(
+        spread.set_index("n").verdict[fits] != "flushed spread smaller",
+        "fits in L2: the flushed runs spread no "
+        "narrower than the warm ones by a difference distinguishable after Holm -- a flush fixes the starting "
+        "state, not the spread",
+        said[fits],
+    )
+    return "spread (the test's mean distance from the median): " + "; ".join(
+        f"n={n:,} {v}" for n, v in said.items()
+    )
 
 
 BY_HAND_CONFIGS = [(SMALL, False), (SMALL, True), (LARGE, False), (LARGE, True)]
 
 with nt.section("2. Warm vs cold L2 by hand") as s:
     ENV.require("profiler")
-    by_hand = nsight.analyze.kernel(configs=BY_HAND_CONFIGS, runs=20, cache_control="none", thermal_mode="off",
-                                    verbosity=SILENT, output_csv=True, output_prefix="by_hand_")(ck.stream_after)
+    by_hand = nsight.analyze.kernel(
+        configs=BY_HAND_CONFIGS,
+        runs=20,
+        cache_control="none",
+        thermal_mode="off",
+        verbosity=SILENT,
+        output_csv=True,
+        output_prefix="by_hand_",
+    )(ck.stream_after)
     t = by_hand().to_dataframe().set_index(["n", "flush"]).AvgValue  # ns
-    newest = max(glob.glob("by_hand_profiled_data-stream_after-*.csv"), key=os.path.getmtime)  # the raw runs
+    newest = max(
+        glob.glob("by_hand_profiled_data-stream_after-*.csv"), key=os.path.getmtime
+    )  # the raw runs
     RAW_BY_HAND = pd.read_csv(newest)
     sp_small, sp_large = t[(SMALL, True)] / t[(SMALL, False)], t[(LARGE, True)] / t[(LARGE, False)]
     print(nt.rules(ENV.backend, cache_control="none"))
     if ENV.backend == "cupti":
-        print("  (the CUPTI backend measures no clock: these times are at whatever clock the GPU chose)")
+        print(
+            "  (the CUPTI backend measures no clock: these times are at whatever clock the GPU chose)"
+        )
     for n, name in ((SMALL, "fits in L2"), (LARGE, "8x L2")):
-        print(f"  {name:10s}: warm {t[(n, False)] / 1e3:8.1f} us, flushed {t[(n, True)] / 1e3:8.1f} us "
-              f"-> {2 * 4 * n / t[(n, False)]:7,.0f} vs {2 * 4 * n / t[(n, True)]:7,.0f} GB/s")
-    print("  (warm, the small vector is read from L2 -- section 1's DRAM counters show it; a kernel this short is "
-          "set by its launch and its tail as much as by the L2, so its rate is not the L2's bandwidth)")
-    nt.claim(sp_small > 1.1 and sp_large < 1.1, "a warm L2 beats a flushed one only for the size that fits in L2",
-             f"flushed/warm: {sp_small:.2f}x (fits), {sp_large:.2f}x (8x L2)")
-    s.result = (f"{ENV.backend}: flushed/warm time {sp_small:.2f}x (fits in L2), {sp_large:.2f}x (8x L2); "
-                + check_spread(RAW_BY_HAND, SMALL))
+        print(
+            f"  {name:10s}: warm {t[(n, False)] / 1e3:8.1f} us, flushed {t[(n, True)] / 1e3:8.1f} us "
+            f"-> {2 * 4 * n / t[(n, False)]:7,.0f} vs {2 * 4 * n / t[(n, True)]:7,.0f} GB/s"
+        )
+    print(
+        "  (warm, the small vector is read from L2 -- section 1's DRAM counters show it; a kernel this short is "
+        "set by its launch and its tail as much as by the L2, so its rate is not the L2's bandwidth)"
+    )
+    nt.claim(
+        sp_small > 1.1 and sp_large < 1.1,
+        "a warm L2 beats a flushed one only for the size that fits in L2",
+        f"flushed/warm: {sp_small:.2f}x (fits), {sp_large:.2f}x (8x L2)",
+    )
+    s.result = (
+        f"{ENV.backend}: flushed/warm time {sp_small:.2f}x (fits in L2), {sp_large:.2f}x (8x L2); "
+        + check_spread(RAW_BY_HAND, SMALL)
+    )
 
 # %% [markdown]
 # ## Takeaways
@@ -501,4 +698,4 @@ with nt.section("2. Warm vs cold L2 by hand") as s:
 # source: [github.com/NVIDIA/nsight-python](https://github.com/NVIDIA/nsight-python)
 
 # %%
-nt.summary();
+nt.summary()

@@ -38,9 +38,16 @@ from scipy import stats
 from nspy_tutorial import ncu_cli
 
 pd.set_option("display.width", 200)
-SILENT = nsight.VerbosityLevel.SILENT  # every profile here is silent; notebook 02 shows nsight's output
+SILENT = (
+    nsight.VerbosityLevel.SILENT
+)  # every profile here is silent; notebook 02 shows nsight's output
 SIZES = [256, 512, 1024, 2048, 4096, 8192]
-DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPES = {
+    "fp32": torch.float32,
+    "tf32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+}
 PRECISIONS = []
 if ENV.facts:
     # three n x n fp32 matrices must fit comfortably: keep them under a quarter of memory
@@ -48,8 +55,10 @@ if ENV.facts:
     ampere = ENV.facts.compute_capability >= (8, 0)
     PRECISIONS = ["fp32", "tf32", "fp16", "bf16"] if ampere else ["fp32", "fp16"]
     if not ampere:
-        print(f"TF32 and bf16 left out: they need compute capability >= 8.0, this GPU is "
-              f"{ENV.facts.compute_capability[0]}.{ENV.facts.compute_capability[1]}")
+        print(
+            f"TF32 and bf16 left out: they need compute capability >= 8.0, this GPU is "
+            f"{ENV.facts.compute_capability[0]}.{ENV.facts.compute_capability[1]}"
+        )
     print("sizes:", SIZES, " precisions:", PRECISIONS)
 
 # PyTorch >= 2.9 switches TF32 with `fp32_precision` ("tf32" / "ieee"); `allow_tf32` is being
@@ -90,7 +99,9 @@ def refusal(call) -> str | None:
     try:
         call()
     except Exception as exc:
-        if not inspect.trace()[-1].frame.f_globals.get("__name__", "").startswith("nsight"):  # where it was raised
+        if (
+            not inspect.trace()[-1].frame.f_globals.get("__name__", "").startswith("nsight")
+        ):  # where it was raised
             raise
         return f"{type(exc).__name__}: " + (str(exc).splitlines() or [""])[0]
     return None
@@ -100,6 +111,7 @@ def refusal(call) -> str | None:
 def nvml_mhz_at_entry(annotation_name, n):
     """NVML's SM clock when the annotation opens, before its kernel starts: a weak proxy for the kernel's clock."""
     return pynvml.nvmlDeviceGetClockInfo(NVML, pynvml.NVML_CLOCK_SM)
+
 
 # %% [markdown]
 # ## 1. TF32: how it is switched on, and a check that it is on
@@ -115,6 +127,7 @@ def nvml_mhz_at_entry(annotation_name, n):
 # matmul, with the same inputs, against a float64 reference. With the default settings
 # its error is plain fp32's; switched on, TF32's rounding makes it many times larger --
 # the cell prints how many.
+
 
 # %%
 def matmul_error(tf32: bool | None, n: int = 1024) -> float:
@@ -135,10 +148,18 @@ with nt.section("1. TF32 is really on when switched on") as s:
     ENV.require_compute_capability((8, 0), "TF32")
     e_default = matmul_error(None)  # first, before anything is switched
     e32, e_tf32 = matmul_error(False), matmul_error(True)
-    print(f"  max relative error vs float64: default {e_default:.2e}, fp32 {e32:.2e}, TF32 {e_tf32:.2e}")
-    nt.claim(e_tf32 > 10 * e32, "switched on, TF32's error is more than 10x fp32's", f"{e_tf32 / e32:.0f}x")
-    nt.claim(abs(e_default - e32) < abs(e_default - e_tf32),
-             "PyTorch's default leaves TF32 off for fp32 matmuls: its error is fp32's, not TF32's")
+    print(
+        f"  max relative error vs float64: default {e_default:.2e}, fp32 {e32:.2e}, TF32 {e_tf32:.2e}"
+    )
+    nt.claim(
+        e_tf32 > 10 * e32,
+        "switched on, TF32's error is more than 10x fp32's",
+        f"{e_tf32 / e32:.0f}x",
+    )
+    nt.claim(
+        abs(e_default - e32) < abs(e_default - e_tf32),
+        "PyTorch's default leaves TF32 off for fp32 matmuls: its error is fp32's, not TF32's",
+    )
     s.result = f"TF32's error was {e_tf32 / e32:.0f}x fp32's on this GPU ({e_tf32:.1e} vs {e32:.1e}), switched with {TF32_SWITCH}"
 
 # %% [markdown]
@@ -172,6 +193,7 @@ with nt.section("1. TF32 is really on when switched on") as s:
 # below: then only the runs of one size must agree, which they do. Section 3 shows what
 # happens on your GPU either way.
 
+
 # %%
 def tflops(time_ns: float, n: int) -> tuple[float, str]:
     """derive_metric: 2 n^3 flops (a multiply and an add per term) over the measured time."""
@@ -179,8 +201,13 @@ def tflops(time_ns: float, n: int) -> tuple[float, str]:
 
 
 def sweep(n: int) -> None:
-    inputs = {p: (torch.randn(n, n, device="cuda", dtype=DTYPES[p]),
-                  torch.randn(n, n, device="cuda", dtype=DTYPES[p])) for p in PRECISIONS}
+    inputs = {
+        p: (
+            torch.randn(n, n, device="cuda", dtype=DTYPES[p]),
+            torch.randn(n, n, device="cuda", dtype=DTYPES[p]),
+        )
+        for p in PRECISIONS
+    }
     for p in PRECISIONS:
         a, b = inputs[p]
         set_tf32(p == "tf32")
@@ -194,19 +221,33 @@ def one_call_per_size(bench, sizes: list[int]) -> pd.DataFrame:
     return pd.concat([rows_of(bench(configs=[n])) for n in sizes], ignore_index=True)
 
 
-RUNS, DRIFT = 5, None  # DRIFT: how far section 4's second call moved the same kernels (section 6 reads it)
-sweep_tflops = nsight.analyze.kernel(runs=RUNS, derive_metric=tflops, thermal_mode="off", verbosity=SILENT,
-                                     combine_kernel_metrics=add, info_collectors=[nvml_mhz_at_entry])(sweep)
+RUNS, DRIFT = (
+    5,
+    None,
+)  # DRIFT: how far section 4's second call moved the same kernels (section 6 reads it)
+sweep_tflops = nsight.analyze.kernel(
+    runs=RUNS,
+    derive_metric=tflops,
+    thermal_mode="off",
+    verbosity=SILENT,
+    combine_kernel_metrics=add,
+    info_collectors=[nvml_mhz_at_entry],
+)(sweep)
 
 with nt.section("2. Sweep sizes one call per size, with a derived TFLOP/s metric") as s:
     ENV.require("profiler")
     pynvml.nvmlInit()
-    NVML = nt.nvml_handle()  # the GPU CUDA runs on (NVML's own numbering ignores CUDA_VISIBLE_DEVICES)
+    NVML = (
+        nt.nvml_handle()
+    )  # the GPU CUDA runs on (NVML's own numbering ignores CUDA_VISIBLE_DEVICES)
     df = one_call_per_size(sweep_tflops, SIZES)
-    TF = df[df.Metric == "tflops"].pivot(index="n", columns="Annotation", values="AvgValue")[PRECISIONS]
+    TF = df[df.Metric == "tflops"].pivot(index="n", columns="Annotation", values="AvgValue")[
+        PRECISIONS
+    ]
     TIMES = df[df.Metric == "gpu__time_duration.sum"]
     COUNTS = TIMES.assign(kernels=[len(kernel_names(k)) for k in TIMES.Kernel]).pivot(
-        index="n", columns="Annotation", values="kernels")[PRECISIONS]
+        index="n", columns="Annotation", values="kernels"
+    )[PRECISIONS]
     print(nt.rules(ENV.backend))
     print("  TFLOP/s (derive_metric, mean over the runs):")
     print(TF.to_string(float_format=lambda v: f"{v:8.1f}"))
@@ -215,17 +256,27 @@ with nt.section("2. Sweep sizes one call per size, with a derived TFLOP/s metric
     for _, r in TIMES.iterrows():
         if len(kernel_names(r.Kernel)) > 1:
             print(f"  {r.Annotation} n={r.n}:", *kernel_names(r.Kernel), sep="\n    ")
-    derived = df[df.Metric == "tflops"].merge(TIMES[["Annotation", "n", "AvgValue", "MinValue"]],
-                                              on=["Annotation", "n"], suffixes=("", "_ns"))
+    derived = df[df.Metric == "tflops"].merge(
+        TIMES[["Annotation", "n", "AvgValue", "MinValue"]],
+        on=["Annotation", "n"],
+        suffixes=("", "_ns"),
+    )
     # tflops is derived per run, then averaged: its max comes from the fastest run. (So its mean is
     # a mean of per-run rates, never below 2n^3 / mean time, since 1/t is convex -- printed, not claimed.)
-    nt.claim(np.allclose(derived.MaxValue, 2 * derived.n**3 / derived.MinValue_ns / 1e3),
-             "the tflops metric is computed per run: its maximum is 2 n^3 / (fastest run)")
+    nt.claim(
+        np.allclose(derived.MaxValue, 2 * derived.n**3 / derived.MinValue_ns / 1e3),
+        "the tflops metric is computed per run: its maximum is 2 n^3 / (fastest run)",
+    )
     gap = (derived.AvgValue / (2 * derived.n**3 / derived.AvgValue_ns / 1e3) - 1) * 100
     print(f"  mean of per-run TFLOP/s vs 2n^3 / mean time: up to {gap.max():.3f} % higher")
-    nt.claim((df[df.Metric == "tflops"].Unit == "TFLOP/s").all(), "the derived metric carries the unit we returned")
+    nt.claim(
+        (df[df.Metric == "tflops"].Unit == "TFLOP/s").all(),
+        "the derived metric carries the unit we returned",
+    )
     big = SIZES[-1]
-    s.result = f"n={big}: " + ", ".join(f"{p} {TF.loc[big, p]:.1f}" for p in PRECISIONS) + " TFLOP/s"
+    s.result = (
+        f"n={big}: " + ", ".join(f"{p} {TF.loc[big, p]:.1f}" for p in PRECISIONS) + " TFLOP/s"
+    )
 
 # %% [markdown]
 # ## 3. One call for all sizes: does the kernel-count check bite on this GPU?
@@ -238,6 +289,7 @@ with nt.section("2. Sweep sizes one call per size, with a derived TFLOP/s metric
 # not by its wording, which changes between versions; an error from anywhere else (PyTorch,
 # CUDA) is not a refusal and stops the section.
 
+
 # %%
 def one_call_fails(counts_per_size: list[int], runs: int) -> bool:
     """nsight divides an annotation's kernels in the whole call by (configs x runs): it raises unless that is whole."""
@@ -246,20 +298,29 @@ def one_call_fails(counts_per_size: list[int], runs: int) -> bool:
 
 with nt.section("3. One call over all sizes: predicted vs observed") as s:
     ENV.require("profiler")
-    all_at_once = nsight.analyze.kernel(configs=SIZES, runs=RUNS, thermal_mode="off", verbosity=SILENT,
-                                        combine_kernel_metrics=add)(sweep)
+    all_at_once = nsight.analyze.kernel(
+        configs=SIZES, runs=RUNS, thermal_mode="off", verbosity=SILENT, combine_kernel_metrics=add
+    )(sweep)
     predicted = {p: one_call_fails(list(COUNTS[p]), RUNS) for p in PRECISIONS}
     observed = refusal(all_at_once)
-    print(f"  predicted to fail: {[p for p in PRECISIONS if predicted[p]] or 'none'}\n"
-          f"  observed: {observed or 'nsight-python returned a table'}")
-    nt.claim(any(predicted.values()) == (observed is not None),
-             "nsight-python refuses the call exactly when per-size kernel counts make the total indivisible",
-             observed or "no refusal")
+    print(
+        f"  predicted to fail: {[p for p in PRECISIONS if predicted[p]] or 'none'}\n"
+        f"  observed: {observed or 'nsight-python returned a table'}"
+    )
+    nt.claim(
+        any(predicted.values()) == (observed is not None),
+        "nsight-python refuses the call exactly when per-size kernel counts make the total indivisible",
+        observed or "no refusal",
+    )
     uneven = [p for p in PRECISIONS if COUNTS[p].nunique() > 1]
     if uneven and observed is None:
-        print(f"  WARNING: counts differ by size for {uneven} but divide evenly: one call would have mixed kernels up")
-    s.result = (f"kernel counts vary by size for {', '.join(uneven) or 'no precision'}; one call over all sizes "
-                + (f"fails as predicted: {observed}" if observed else "passes, as predicted"))
+        print(
+            f"  WARNING: counts differ by size for {uneven} but divide evenly: one call would have mixed kernels up"
+        )
+    s.result = (
+        f"kernel counts vary by size for {', '.join(uneven) or 'no precision'}; one call over all sizes "
+        + (f"fails as predicted: {observed}" if observed else "passes, as predicted")
+    )
 
 # %% [markdown]
 # ## 4. `normalize_against="fp32"`: what is divided, and what is not
@@ -284,52 +345,96 @@ with nt.section("3. One call over all sizes: predicted vs observed") as s:
 # within the run-to-run drift, not to the nanosecond: the check allows a tenth. A misread --
 # a ratio taken for ns, or the divisor of the other size -- is off by far more.
 
+
 # %%
 def check_normalised(rd: pd.DataFrame, times: pd.DataFrame) -> pd.Series:
     """The claims about a table made with normalize_against="fp32"; ``times``: section 2's time rows (raw ns).
     Returns the fastest normalised row and the largest move, in %, of one kernel's mean from section 2's."""
     ns_cols = ["NormalizationValue", "MinValue", "MaxValue", "StdDev", "CI95_Lower", "CI95_Upper"]
     view = rd[["Annotation", "n", "AvgValue", "Geomean", *ns_cols, "RelativeStdDevPct", "Unit"]]
-    print(view.to_string(index=False, formatters={
-        **{c: "{:,.0f}".format for c in ns_cols}, "AvgValue": "{:.3f}".format, "Geomean": "{:.3f}".format,
-        "RelativeStdDevPct": "{:.2f}".format}))
+    print(
+        view.to_string(
+            index=False,
+            formatters={
+                **{c: "{:,.0f}".format for c in ns_cols},
+                "AvgValue": "{:.3f}".format,
+                "Geomean": "{:.3f}".format,
+                "RelativeStdDevPct": "{:.2f}".format,
+            },
+        )
+    )
     raw_mean = rd.AvgValue * rd.NormalizationValue
     half = 1.96 * rd.StdDev / np.sqrt(rd.NumRuns)
-    nt.claim(np.allclose(rd[rd.Annotation == "fp32"].AvgValue, 1.0), "fp32 normalised against itself is exactly 1")
+    nt.claim(
+        np.allclose(rd[rd.Annotation == "fp32"].AvgValue, 1.0),
+        "fp32 normalised against itself is exactly 1",
+    )
     nt.claim((rd.Normalized == "fp32").all(), "the Normalized column names the baseline annotation")
-    nt.claim(((rd.MinValue <= raw_mean * (1 + 1e-9)) & (raw_mean <= rd.MaxValue * (1 + 1e-9))).all(),
-             "MinValue and MaxValue are raw ns: they bracket the un-normalised mean")
-    nt.claim(np.allclose(rd.CI95_Lower, raw_mean - half) and np.allclose(rd.CI95_Upper, raw_mean + half),
-             "CI95 bounds are raw ns around the un-normalised mean")
-    nt.claim(np.allclose(rd.RelativeStdDevPct, 100 * rd.StdDev / raw_mean),
-             "RelativeStdDevPct is StdDev over the raw mean: a unitless spread, still valid for the row")
+    nt.claim(
+        ((rd.MinValue <= raw_mean * (1 + 1e-9)) & (raw_mean <= rd.MaxValue * (1 + 1e-9))).all(),
+        "MinValue and MaxValue are raw ns: they bracket the un-normalised mean",
+    )
+    nt.claim(
+        np.allclose(rd.CI95_Lower, raw_mean - half) and np.allclose(rd.CI95_Upper, raw_mean + half),
+        "CI95 bounds are raw ns around the un-normalised mean",
+    )
+    nt.claim(
+        np.allclose(rd.RelativeStdDevPct, 100 * rd.StdDev / raw_mean),
+        "RelativeStdDevPct is StdDev over the raw mean: a unitless spread, still valid for the row",
+    )
     geo = rd.groupby("Annotation").AvgValue.transform(lambda v: math.exp(np.log(v).mean()))
-    nt.claim(np.allclose(rd.Geomean, geo), "Geomean is the geometric mean of the normalised AvgValue over the sizes")
-    nt.claim(rd.Unit.isin(["ns", "nsecond"]).all(), "Unit still names nanoseconds although AvgValue is now a ratio",
-             f"{sorted(set(rd.Unit))}")
+    nt.claim(
+        np.allclose(rd.Geomean, geo),
+        "Geomean is the geometric mean of the normalised AvgValue over the sizes",
+    )
+    nt.claim(
+        rd.Unit.isin(["ns", "nsecond"]).all(),
+        "Unit still names nanoseconds although AvgValue is now a ratio",
+        f"{sorted(set(rd.Unit))}",
+    )
     measured = times.set_index(["Annotation", "n"]).AvgValue
     back = raw_mean.to_numpy() / measured.loc[list(zip(rd.Annotation, rd.n))].to_numpy()
-    worst = rd.iloc[np.abs(back - 1).argmax()]  # the kernel whose mean moved most between the two calls
-    print(f"  AvgValue x NormalizationValue over section 2's mean time of the same kernel: {back.min():.3f} to "
-          f"{back.max():.3f}; the largest move: {worst.Annotation} n={worst.n}")
-    nt.claim(((back > 0.9) & (back < 1.1)).all(), "AvgValue x NormalizationValue gives back section 2's raw mean "
-             "time in ns (a separate measurement of the same kernels: within 10 %)", f"{back.min():.3f}-{back.max():.3f}")
+    worst = rd.iloc[
+        np.abs(back - 1).argmax()
+    ]  # the kernel whose mean moved most between the two calls
+    print(
+        f"  AvgValue x NormalizationValue over section 2's mean time of the same kernel: {back.min():.3f} to "
+        f"{back.max():.3f}; the largest move: {worst.Annotation} n={worst.n}"
+    )
+    nt.claim(
+        ((back > 0.9) & (back < 1.1)).all(),
+        "AvgValue x NormalizationValue gives back section 2's raw mean "
+        "time in ns (a separate measurement of the same kernels: within 10 %)",
+        f"{back.min():.3f}-{back.max():.3f}",
+    )
     other = rd[rd.Annotation != "fp32"]
     return other.loc[other.AvgValue.idxmin()], 100 * np.abs(back - 1).max()
 
 
-sweep_normalized = nsight.analyze.kernel(runs=RUNS, normalize_against="fp32", thermal_mode="off",
-                                         verbosity=SILENT, combine_kernel_metrics=add)(sweep)
+sweep_normalized = nsight.analyze.kernel(
+    runs=RUNS,
+    normalize_against="fp32",
+    thermal_mode="off",
+    verbosity=SILENT,
+    combine_kernel_metrics=add,
+)(sweep)
 
 with nt.section("4. Normalisation divides AvgValue only") as s:
     ENV.require("profiler")
-    same = [n for n in SIZES if (COUNTS.loc[n] == COUNTS.loc[SIZES[-1]]).all()]  # kernel counts equal to the largest's
+    same = [
+        n for n in SIZES if (COUNTS.loc[n] == COUNTS.loc[SIZES[-1]]).all()
+    ]  # kernel counts equal to the largest's
     pair = same[-2:]
-    print(f"  sizes in one call: {pair} (kernel counts agree for every precision)\n" + nt.rules(ENV.backend))
+    print(
+        f"  sizes in one call: {pair} (kernel counts agree for every precision)\n"
+        + nt.rules(ENV.backend)
+    )
     NORMALIZED = rows_of(sweep_normalized(configs=pair))
     fastest, DRIFT = check_normalised(NORMALIZED, TIMES)
-    s.result = (f"{fastest.Annotation} at n={fastest.n} takes {fastest.AvgValue:.3f}x fp32's time (geomean over {pair}: "
-                f"{fastest.Geomean:.3f}); Min/Max/StdDev/CI stay ns, RelativeStdDevPct stays valid")
+    s.result = (
+        f"{fastest.Annotation} at n={fastest.n} takes {fastest.AvgValue:.3f}x fp32's time (geomean over {pair}: "
+        f"{fastest.Geomean:.3f}); Min/Max/StdDev/CI stay ns, RelativeStdDevPct stays valid"
+    )
 
 # %% [markdown]
 # ## 5. TFLOP/s against the datasheet peaks
@@ -359,21 +464,42 @@ with nt.section("5. Plot and % of peak") as s:
         if peak:
             ax.axhline(peak, color=f"C{i}", ls="--", lw=0.8)
             pct[p] = 100 * TF[p] / peak
-    ax.set_xscale("log", base=2); ax.set_yscale("log")
-    ax.set_xlabel("n (n x n x n matmul)"); ax.set_ylabel("TFLOP/s")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("n (n x n x n matmul)")
+    ax.set_ylabel("TFLOP/s")
     ax.set_title(f"{ENV.gpu_name}: measured (solid) vs datasheet peak (dashed)")
-    ax.legend(); plt.tight_layout(); plt.show()
+    ax.legend()
+    plt.tight_layout()
+    plt.show()
     print(nt.rules(ENV.backend))
     s.result = f"{ENV.gpu_name} not in the datasheet table: measured only, no % of peak"
     if pct:
-        print("  % of the datasheet peak (stated at the SM clock the datasheet names); the clock these kernels ran at: "
-              + ("not measured under CUPTI" if ENV.backend == "cupti" else "section 6 measures it for the two largest sizes, in a profile of its own"))
+        print(
+            "  % of the datasheet peak (stated at the SM clock the datasheet names); the clock these kernels ran at: "
+            + (
+                "not measured under CUPTI"
+                if ENV.backend == "cupti"
+                else "section 6 measures it for the two largest sizes, in a profile of its own"
+            )
+        )
         print(pd.DataFrame(pct).to_string(float_format=lambda v: f"{v:6.1f}"))
         for p in pct:
-            nt.claim(pct[p].max() <= 100, f"{p} never exceeds its datasheet peak", f"max {pct[p].max():.1f}%")
-        s.result = f"n={SIZES[-1]}: " + ", ".join(f"{p} {pct[p].loc[SIZES[-1]]:.0f}%" for p in pct) + \
-            f" of {sheet.gpu} datasheet peak; " + ("the kernels' clock not measured (CUPTI)" if ENV.backend ==
-                                                 "cupti" else "% at the measured clock: section 6")
+            nt.claim(
+                pct[p].max() <= 100,
+                f"{p} never exceeds its datasheet peak",
+                f"max {pct[p].max():.1f}%",
+            )
+        s.result = (
+            f"n={SIZES[-1]}: "
+            + ", ".join(f"{p} {pct[p].loc[SIZES[-1]]:.0f}%" for p in pct)
+            + f" of {sheet.gpu} datasheet peak; "
+            + (
+                "the kernels' clock not measured (CUPTI)"
+                if ENV.backend == "cupti"
+                else "% at the measured clock: section 6"
+            )
+        )
 
 # %% [markdown]
 # ## 6. The clock beside the largest sizes
@@ -424,7 +550,9 @@ PROXY = "nvml_mhz_at_entry_Avg"  # section 2's ANNOTATION collector, as nsight-p
 def holm(p) -> np.ndarray:
     """Holm's step-down adjustment: a family of p-values keeps its 5 % level whatever their number."""
     p, order = np.asarray(p, float), np.argsort(p)
-    return np.minimum(1, np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order]))[np.argsort(order)]
+    return np.minimum(1, np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order]))[
+        np.argsort(order)
+    ]
 
 
 def per_run(x, y):
@@ -442,12 +570,25 @@ def beside_the_clock(table: pd.DataFrame, peaks: dict) -> pd.DataFrame:
     for r in table[table.Metric == "gpu__time_duration.sum"].itertuples():
         rate = 2 * r.n**3 / ncu_cli.to_base_units(r.AvgValue, r.Unit) / 1e12
         hz = table[(table.Metric == SM_HZ) & (table.Annotation == r.Annotation) & (table.n == r.n)]
-        mhz = ncu_cli.to_base_units(hz.AvgValue.iloc[0], hz.Unit.iloc[0]) / 1e6 if len(hz) else np.nan
+        mhz = (
+            ncu_cli.to_base_units(hz.AvgValue.iloc[0], hz.Unit.iloc[0]) / 1e6 if len(hz) else np.nan
+        )
         peak, sheet_mhz = peaks.get(r.Annotation, (None, None))
-        rows.append({"precision": r.Annotation, "n": r.n, "TFLOP/s": rate, "sd": rate * r.StdDev / r.AvgValue,
-                     "runs": r.NumRuns, "SM MHz": mhz, "NVML MHz outside kernel": getattr(r, PROXY, np.nan),
-                     "% datasheet": 100 * rate / peak if peak else np.nan,
-                     "% at its clock": 100 * rate / (peak * mhz / sheet_mhz) if peak and sheet_mhz else np.nan})
+        rows.append(
+            {
+                "precision": r.Annotation,
+                "n": r.n,
+                "TFLOP/s": rate,
+                "sd": rate * r.StdDev / r.AvgValue,
+                "runs": r.NumRuns,
+                "SM MHz": mhz,
+                "NVML MHz outside kernel": getattr(r, PROXY, np.nan),
+                "% datasheet": 100 * rate / peak if peak else np.nan,
+                "% at its clock": 100 * rate / (peak * mhz / sheet_mhz)
+                if peak and sheet_mhz
+                else np.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -458,15 +599,31 @@ def rate_change(clock: pd.DataFrame, small: int, large: int, move_pct: float) ->
     rows = []
     for p, g in clock.groupby("precision", sort=False):
         a, b = g.set_index("n").loc[small], g.set_index("n").loc[large]
-        welch = stats.ttest_ind_from_stats(a["TFLOP/s"], a.sd, a.runs, b["TFLOP/s"], b.sd, b.runs, equal_var=False)
-        rows.append({"precision": p, "rate %": 100 * (b["TFLOP/s"] / a["TFLOP/s"] - 1), "p": welch.pvalue,
-                     "clock %": 100 * (b["SM MHz"] / a["SM MHz"] - 1),
-                     "rate per cycle %": 100 * (b["TFLOP/s"] / b["SM MHz"] / (a["TFLOP/s"] / a["SM MHz"]) - 1)})
+        welch = stats.ttest_ind_from_stats(
+            a["TFLOP/s"], a.sd, a.runs, b["TFLOP/s"], b.sd, b.runs, equal_var=False
+        )
+        rows.append(
+            {
+                "precision": p,
+                "rate %": 100 * (b["TFLOP/s"] / a["TFLOP/s"] - 1),
+                "p": welch.pvalue,
+                "clock %": 100 * (b["SM MHz"] / a["SM MHz"] - 1),
+                "rate per cycle %": 100
+                * (b["TFLOP/s"] / b["SM MHz"] / (a["TFLOP/s"] / a["SM MHz"]) - 1),
+            }
+        )
     table = pd.DataFrame(rows)
     table["p_holm"], moves = holm(table.p), table["rate %"].abs() / move_pct if move_pct else np.inf
     word = np.where(table["rate %"] < 0, "falls", "rises")
-    table["verdict"] = np.select([~(table.p_holm < 0.05), moves <= 1, moves <= 2], ["not distinguishable",
-                                 "within run-to-run variation", word + " (about the run-to-run variation)"], word)
+    table["verdict"] = np.select(
+        [~(table.p_holm < 0.05), moves <= 1, moves <= 2],
+        [
+            "not distinguishable",
+            "within run-to-run variation",
+            word + " (about the run-to-run variation)",
+        ],
+        word,
+    )
     return table
 
 
@@ -474,33 +631,62 @@ with nt.section("6. The clock beside the largest sizes") as s:
     ENV.require("profiler")
     small, large = SIZES[-2:]
     if ENV.backend == "ncu":  # one more profile of the two sizes, with the clock each kernel ran at
-        clocked = nsight.analyze.kernel(runs=RUNS, metrics=["gpu__time_duration.sum", SM_HZ], thermal_mode="off",
-                                        verbosity=SILENT, combine_kernel_metrics=per_run,
-                                        info_collectors=[nvml_mhz_at_entry])(sweep)
+        clocked = nsight.analyze.kernel(
+            runs=RUNS,
+            metrics=["gpu__time_duration.sum", SM_HZ],
+            thermal_mode="off",
+            verbosity=SILENT,
+            combine_kernel_metrics=per_run,
+            info_collectors=[nvml_mhz_at_entry],
+        )(sweep)
         table = one_call_per_size(clocked, [small, large])
     else:
         table = df[df.n.isin([small, large])]
         top = ENV.facts.max_sm_clock_mhz
-        print("  the CUPTI backend measures no clock: the clock columns stay empty; the NVML column is a sample taken "
-              "as each annotation opened, outside the kernel, not the clock the kernel ran at" + (
-                  f"; every sample reads the max SM clock, {top} MHz: no evidence of the clock under load"
-                  if (table[PROXY] == top).all() else ""))
+        print(
+            "  the CUPTI backend measures no clock: the clock columns stay empty; the NVML column is a sample taken "
+            "as each annotation opened, outside the kernel, not the clock the kernel ran at"
+            + (
+                f"; every sample reads the max SM clock, {top} MHz: no evidence of the clock under load"
+                if (table[PROXY] == top).all()
+                else ""
+            )
+        )
     print(nt.rules(ENV.backend))
     sheet = ENV.datasheet
-    CLOCK = beside_the_clock(table, {p: (sheet.peak_tflops(p).value, sheet.peak_clock_mhz(p)) for p in PRECISIONS}
-                             if sheet else {})
+    CLOCK = beside_the_clock(
+        table,
+        {p: (sheet.peak_tflops(p).value, sheet.peak_clock_mhz(p)) for p in PRECISIONS}
+        if sheet
+        else {},
+    )
     print(CLOCK.drop(columns=["sd", "runs"]).to_string(index=False, float_format="{:,.1f}".format))
     move = nt.needs(DRIFT, section="4")  # how far one kernel's mean moved between sections 2 and 4
     CHANGE = rate_change(CLOCK, small, large, move)
-    print(f"\n  from n={small} to n={large} (p Holm-adjusted over {len(CHANGE)} precisions; against the {move:.1f}% one "
-          f"kernel moved between sections 2 and 4 (named there); twice that: {2 * move:.1f}%):")
+    print(
+        f"\n  from n={small} to n={large} (p Holm-adjusted over {len(CHANGE)} precisions; against the {move:.1f}% one "
+        f"kernel moved between sections 2 and 4 (named there); twice that: {2 * move:.1f}%):"
+    )
     print(CHANGE.to_string(index=False, float_format="{:,.3g}".format))
     if CLOCK["% at its clock"].notna().any():
-        nt.claim((CLOCK["% at its clock"].dropna() <= 100).all(), "no kernel beats its datasheet peak at the clock "
-                 "it ran at", f"up to {CLOCK['% at its clock'].max():.1f}%")
-    s.result = f"n={small}->{large}: " + ", ".join(
-        f"{r.precision} {r.verdict} ({r['rate %']:+.1f}%; " + (f"clock {r['clock %']:+.1f}%)" if np.isfinite(
-            r["clock %"]) else "clock not measured)") for _, r in CHANGE.iterrows()) + f"; a kernel moved {move:.1f}% between calls"
+        nt.claim(
+            (CLOCK["% at its clock"].dropna() <= 100).all(),
+            "no kernel beats its datasheet peak at the clock it ran at",
+            f"up to {CLOCK['% at its clock'].max():.1f}%",
+        )
+    s.result = (
+        f"n={small}->{large}: "
+        + ", ".join(
+            f"{r.precision} {r.verdict} ({r['rate %']:+.1f}%; "
+            + (
+                f"clock {r['clock %']:+.1f}%)"
+                if np.isfinite(r["clock %"])
+                else "clock not measured)"
+            )
+            for _, r in CHANGE.iterrows()
+        )
+        + f"; a kernel moved {move:.1f}% between calls"
+    )
 
 # %% [markdown]
 # ## Takeaways
@@ -537,4 +723,4 @@ with nt.section("6. The clock beside the largest sizes") as s:
 # source: [github.com/NVIDIA/nsight-python](https://github.com/NVIDIA/nsight-python)
 
 # %%
-nt.summary();
+nt.summary()

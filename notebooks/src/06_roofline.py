@@ -62,13 +62,28 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 CLEAN = "y = x * 2, clean L2"
-STREAMS = {"x.sum()": (1, 0), "y = x * 2": (1, 1), CLEAN: (1, 1), "y = x + w": (2, 1), "y = addcmul(x, w, v)": (3, 1)}
-MATH_FP32, MATH_HALF, DEFAULT = "attention, math (upcast to fp32)", "attention, math (kept in 16 bit)", "attention, PyTorch's default"
-FUSED = {"FLASH_ATTENTION": "attention, flash", "EFFICIENT_ATTENTION": "attention, memory-efficient"}
+STREAMS = {
+    "x.sum()": (1, 0),
+    "y = x * 2": (1, 1),
+    CLEAN: (1, 1),
+    "y = x + w": (2, 1),
+    "y = addcmul(x, w, v)": (3, 1),
+}
+MATH_FP32, MATH_HALF, DEFAULT = (
+    "attention, math (upcast to fp32)",
+    "attention, math (kept in 16 bit)",
+    "attention, PyTorch's default",
+)
+FUSED = {
+    "FLASH_ATTENTION": "attention, flash",
+    "EFFICIENT_ATTENTION": "attention, memory-efficient",
+}
 WARM, CALLS = set(), itertools.count()
 
 
-def measure(ops: dict) -> None:  # each operation inside an annotation named by its key, after one unmeasured first call
+def measure(
+    ops: dict,
+) -> None:  # each operation inside an annotation named by its key, after one unmeasured first call
     for name, op in ops.items():
         if name not in WARM:
             WARM.add(name)
@@ -77,48 +92,84 @@ def measure(ops: dict) -> None:  # each operation inside an annotation named by 
             op()
 
 
-class EachOp(TorchDispatchMode):  # every operation PyTorch's dispatcher runs, in an annotation of its own: `<region>: 03 bmm`
-
+class EachOp(
+    TorchDispatchMode
+):  # every operation PyTorch's dispatcher runs, in an annotation of its own: `<region>: 03 bmm`
     def __init__(self, region: str):
         super().__init__()
         self.region, self.count = region, itertools.count(1)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         with annotate(f"{self.region}: {next(self.count):02d} {func.overloadpacket.__name__}"):
-            return func(*args, **(kwargs or {}))  # a view launches no kernel: its annotation stays empty
+            return func(
+                *args, **(kwargs or {})
+            )  # a view launches no kernel: its annotation stays empty
 
 
-def roofs(n: int, m: int, l2: int, precisions: str) -> None:  # section 1: streams of n floats, an m³ matmul per precision
-    x, w, v = (torch.randn(n, device="cuda") for _ in range(3))  # made outside the annotations: not measured
+def roofs(
+    n: int, m: int, l2: int, precisions: str
+) -> None:  # section 1: streams of n floats, an m³ matmul per precision
+    x, w, v = (
+        torch.randn(n, device="cuda") for _ in range(3)
+    )  # made outside the annotations: not measured
     y, scratch = torch.empty_like(x), torch.empty(2 * l2 // 4, device="cuda")
-    for name, op in {"y = x * 2": partial(torch.mul, x, 2.0, out=y), CLEAN: partial(torch.mul, x, 2.0, out=y),
-                     "x.sum()": x.sum, "y = x + w": partial(torch.add, x, w, out=y),
-                     "y = addcmul(x, w, v)": partial(torch.addcmul, x, w, v, out=y)}.items():
-        if name == CLEAN:  # the first x * 2 ran right after other work (the randn calls); this one does not:
+    for name, op in {
+        "y = x * 2": partial(torch.mul, x, 2.0, out=y),
+        CLEAN: partial(torch.mul, x, 2.0, out=y),
+        "x.sum()": x.sum,
+        "y = x + w": partial(torch.add, x, w, out=y),
+        "y = addcmul(x, w, v)": partial(torch.addcmul, x, w, v, out=y),
+    }.items():
+        if (
+            name == CLEAN
+        ):  # the first x * 2 ran right after other work (the randn calls); this one does not:
             scratch.sum()  # reading twice the L2 of other data writes the dirty lines back now
         with annotate(name):
             op()
     del x, w, v, y, scratch
-    k = next(CALLS) % len(ps := precisions.split(","))  # rotated by one each run: each precision first in turn
+    k = next(CALLS) % len(
+        ps := precisions.split(",")
+    )  # rotated by one each run: each precision first in turn
     mats = {p: torch.randn(m, m, device="cuda", dtype=DTYPES[p]) for p in ps[k:] + ps[:k]}
     measure({f"{p} matmul": (lambda a=a: a @ a) for p, a in mats.items()})
 
 
-def attention(q, k, v, backend=None):  # PyTorch's scaled_dot_product_attention on one backend (None: PyTorch's choice)
+def attention(
+    q, k, v, backend=None
+):  # PyTorch's scaled_dot_product_attention on one backend (None: PyTorch's choice)
     with sdpa_kernel(getattr(SDPBackend, backend)) if backend else contextlib.nullcontext():
         return F.scaled_dot_product_attention(q, k, v)
 
 
-def limits(n_mm: int, n_vec: int, rows: int, b: int, h: int, s: int, dh: int, half: str, fused: str) -> None:
+def limits(
+    n_mm: int, n_vec: int, rows: int, b: int, h: int, s: int, dh: int, half: str, fused: str
+) -> None:
     """Sections 2 and 3: three kernels of different character, then a Transformer layer's operations in `half`."""
     a = torch.randn(n_mm, n_mm, device="cuda", dtype=torch.float16)
     vec, m = torch.randn(n_vec, device="cuda"), torch.randn(rows, 1024, device="cuda")
-    measure({"fp16 matmul": lambda: a @ a, "x * 2": lambda: vec * 2.0, "softmax [rows x 1024]": lambda: torch.softmax(m, dim=-1)})
+    measure(
+        {
+            "fp16 matmul": lambda: a @ a,
+            "x * 2": lambda: vec * 2.0,
+            "softmax [rows x 1024]": lambda: torch.softmax(m, dim=-1),
+        }
+    )
     dt, d = DTYPES[half], h * dh
-    x, w_qkv, scores = (torch.randn(*shape, device="cuda", dtype=dt) for shape in ((b * s, d), (d, 3 * d), (b, h, s, s)))
+    x, w_qkv, scores = (
+        torch.randn(*shape, device="cuda", dtype=dt)
+        for shape in ((b * s, d), (d, 3 * d), (b, h, s, s))
+    )
     q, k, v = (torch.randn(b, h, s, dh, device="cuda", dtype=dt) for _ in range(3))
-    measure({"QKV projection": lambda: x @ w_qkv, "attention softmax": lambda: torch.softmax(scores, dim=-1)})
-    for name in (MATH_FP32, MATH_HALF):  # PyTorch upcasts fp16/bf16 to fp32 unless told to keep them (PyTorch 2.5+)
+    measure(
+        {
+            "QKV projection": lambda: x @ w_qkv,
+            "attention softmax": lambda: torch.softmax(scores, dim=-1),
+        }
+    )
+    for name in (
+        MATH_FP32,
+        MATH_HALF,
+    ):  # PyTorch upcasts fp16/bf16 to fp32 unless told to keep them (PyTorch 2.5+)
         torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(name == MATH_HALF)
         measure({name: lambda: attention(q, k, v, "MATH")})
         with EachOp(name):  # the same path again, op by op
@@ -133,12 +184,15 @@ def sdpa_unavailable(backend: str, half: str, h: int, dh: int) -> str | None:
     q = torch.randn(1, h, 256, dh, device="cuda", dtype=DTYPES[half])
     try:
         attention(q, q, q, backend)
-    except RuntimeError as exc:  # "No available kernel"; PyTorch gives its reasons as warnings just above
+    except (
+        RuntimeError
+    ) as exc:  # "No available kernel"; PyTorch gives its reasons as warnings just above
         return str(exc).strip().splitlines()[0]
 
 
 if __name__ == "__main__":  # what the ncu command line runs (the printed command shows it)
     from nspy_tutorial import ncu_cli
+
     ncu_cli.replay(globals())
 
 # %%
@@ -152,25 +206,54 @@ from scipy import stats
 
 from nspy_tutorial import ncu_cli
 
-TIME, DRAM_BYTES, CLOCK = "gpu__time_duration.sum", "dram__bytes.sum", "gpc__cycles_elapsed.avg.per_second"
-SM_PCT, DRAM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed", "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+TIME, DRAM_BYTES, CLOCK = (
+    "gpu__time_duration.sum",
+    "dram__bytes.sum",
+    "gpc__cycles_elapsed.avg.per_second",
+)
+SM_PCT, DRAM_PCT = (
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+)
 METRICS = [TIME, SM_PCT, DRAM_PCT, DRAM_BYTES, CLOCK]
-BOUND_AT, NEAR, RIDGE, UPPER, SAME, RUN_TO_RUN_PCT = 60, 10, 1.1, 1.5, 10, 3.0  # the text's thresholds; the last assumed
+BOUND_AT, NEAR, RIDGE, UPPER, SAME, RUN_TO_RUN_PCT = (
+    60,
+    10,
+    1.1,
+    1.5,
+    10,
+    3.0,
+)  # the text's thresholds; the last assumed
 MiB, ROOFS, LIMITS, SILENT = 2**20, None, None, nsight.VerbosityLevel.SILENT
 if ENV.facts:
-    FREE, L2 = torch.cuda.mem_get_info()[0], ENV.facts.l2_bytes  # free memory: the GPU may be shared
-    STREAM_BYTES = int(min(max(16 * L2, 256 * MiB), FREE // 16)) // MiB * MiB  # 16x the L2, at most 1/16 free
-    N_STREAM, ROWS = STREAM_BYTES // 4, STREAM_BYTES // 4 // 1024  # floats; softmax rows of 1024 floats
+    FREE, L2 = (
+        torch.cuda.mem_get_info()[0],
+        ENV.facts.l2_bytes,
+    )  # free memory: the GPU may be shared
+    STREAM_BYTES = (
+        int(min(max(16 * L2, 256 * MiB), FREE // 16)) // MiB * MiB
+    )  # 16x the L2, at most 1/16 free
+    N_STREAM, ROWS = (
+        STREAM_BYTES // 4,
+        STREAM_BYTES // 4 // 1024,
+    )  # floats; softmax rows of 1024 floats
     M_ROOF = 8192 if 3 * 4 * 8192**2 <= FREE // 8 else 4096  # the matmuls for the compute roofs
-    HALF = "bf16" if ENV.facts.compute_capability >= (8, 0) else "fp16"  # no bf16 tensor cores before Ampere
+    HALF = (
+        "bf16" if ENV.facts.compute_capability >= (8, 0) else "fp16"
+    )  # no bf16 tensor cores before Ampere
     PRECISIONS = sorted({"fp16", "fp32", HALF})
     B, H, S, DH = 4, 16, 2048, 128  # batch, heads, sequence, head dimension (d_model = H * DH)
-    B = next(b for b in (B, 2, 1) if 24 * b * H * S * S <= FREE // 2 or b == 1)  # fp32 scores and probabilities, twice
-    print(f"free {FREE / 2**30:.1f} GiB, L2 {L2 / MiB:.0f} MiB -> streams of {STREAM_BYTES / MiB:,.0f} MiB "
-          f"({STREAM_BYTES / L2:.1f}x L2), matmuls {M_ROOF}^3 in {PRECISIONS}; attention b, h, s, dh {B, H, S, DH}, {HALF}")
+    B = next(
+        b for b in (B, 2, 1) if 24 * b * H * S * S <= FREE // 2 or b == 1
+    )  # fp32 scores and probabilities, twice
+    print(
+        f"free {FREE / 2**30:.1f} GiB, L2 {L2 / MiB:.0f} MiB -> streams of {STREAM_BYTES / MiB:,.0f} MiB "
+        f"({STREAM_BYTES / L2:.1f}x L2), matmuls {M_ROOF}^3 in {PRECISIONS}; attention b, h, s, dh {B, H, S, DH}, {HALF}"
+    )
 
 
-def fmt(v: float) -> str: return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"  # 3 significant digits below 100
+def fmt(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"  # 3 significant digits below 100
 
 
 # %% [markdown]
@@ -233,61 +316,152 @@ def fmt(v: float) -> str: return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"  #
 #    Nsight Compute (`cache_control="all"`) every stream starts with a clean L2**, and the
 #    two `x * 2` rows differ only by noise. A read-only stream has no writes to hide.
 
+
 # %%
-def roof_table(table, stream_bytes, m, sheet) -> pd.DataFrame:  # GB/s, TFLOP/s: mean, 95 % Student-t interval, fastest
+def roof_table(
+    table, stream_bytes, m, sheet
+) -> pd.DataFrame:  # GB/s, TFLOP/s: mean, 95 % Student-t interval, fastest
     rows = {}
     for name, r in table[table.Metric == TIME].set_index("Annotation").iterrows():
-        work = sum(rk.STREAMS[name]) * stream_bytes if (stream := name in rk.STREAMS) else 2 * m**3 / 1e3  # per ns
+        work = (
+            sum(rk.STREAMS[name]) * stream_bytes
+            if (stream := name in rk.STREAMS)
+            else 2 * m**3 / 1e3
+        )  # per ns
         half = stats.t.ppf(0.975, r.NumRuns - 1) * r.StdDev / np.sqrt(r.NumRuns)
-        peak = (sheet.mem_bandwidth_gbs if stream else sheet.peak_tflops(name.split()[0])).value if sheet else None
-        rows[name] = {"unit": "GB/s" if stream else "TFLOP/s", "mean": work / r.AvgValue, "CI95 low": work / (r.AvgValue + half),
-                      "CI95 high": work / (r.AvgValue - half), "fastest run": work / r.MinValue, "datasheet": peak or np.nan,
-                      "% of datasheet": 100 * work / r.AvgValue / peak if peak else np.nan}
+        peak = (
+            (sheet.mem_bandwidth_gbs if stream else sheet.peak_tflops(name.split()[0])).value
+            if sheet
+            else None
+        )
+        rows[name] = {
+            "unit": "GB/s" if stream else "TFLOP/s",
+            "mean": work / r.AvgValue,
+            "CI95 low": work / (r.AvgValue + half),
+            "CI95 high": work / (r.AvgValue - half),
+            "fastest run": work / r.MinValue,
+            "datasheet": peak or np.nan,
+            "% of datasheet": 100 * work / r.AvgValue / peak if peak else np.nan,
+        }
     return pd.DataFrame(rows).T.infer_objects()
 
 
-def taken_apart(tflops, sms, max_mhz) -> tuple[int, float]:  # a peak = SMs x FLOP per clock (a power of 2) x MHz
-    return (per_clock := 2 ** round(np.log2(tflops * 1e6 / (sms * max_mhz)))), tflops * 1e6 / (sms * per_clock)
+def taken_apart(
+    tflops, sms, max_mhz
+) -> tuple[int, float]:  # a peak = SMs x FLOP per clock (a power of 2) x MHz
+    return (per_clock := 2 ** round(np.log2(tflops * 1e6 / (sms * max_mhz)))), tflops * 1e6 / (
+        sms * per_clock
+    )
 
 
-def beside_top(tflops, mhz, top) -> str:  # the clock a peak implies, against the highest: a rounded peak can lift it
-    over, up_to = 100 * (mhz / top - 1), 50 * 10.0 ** -len(f"{tflops:g}".partition(".")[2]) / tflops  # up_to: its rounding, %
-    return f"the highest clock: {top:,} MHz" if over <= 0 else f"{over:.2f} % above the highest clock, {top:,} MHz: " + (
-        f"the datasheet's {tflops:g} is rounded, by up to {up_to:.2f} %" if over <= up_to else "more than its rounding explains")
+def beside_top(
+    tflops, mhz, top
+) -> str:  # the clock a peak implies, against the highest: a rounded peak can lift it
+    over, up_to = (
+        100 * (mhz / top - 1),
+        50 * 10.0 ** -len(f"{tflops:g}".partition(".")[2]) / tflops,
+    )  # up_to: its rounding, %
+    return (
+        f"the highest clock: {top:,} MHz"
+        if over <= 0
+        else f"{over:.2f} % above the highest clock, {top:,} MHz: "
+        + (
+            f"the datasheet's {tflops:g} is rounded, by up to {up_to:.2f} %"
+            if over <= up_to
+            else "more than its rounding explains"
+        )
+    )
 
 
 with nt.section("1. This GPU's roofs: datasheet and measured") as s:
     ENV.require("profiler")
-    profile = nsight.analyze.kernel(runs=10, combine_kernel_metrics=lambda x, y: x + y, thermal_mode="off", verbosity=SILENT)
+    profile = nsight.analyze.kernel(
+        runs=10, combine_kernel_metrics=lambda x, y: x + y, thermal_mode="off", verbosity=SILENT
+    )
     ROOF_RUNS = profile(rk.roofs)(N_STREAM, M_ROOF, L2, ",".join(PRECISIONS)).to_dataframe()
-    print("  " + nt.rules(ENV.backend) + "; the clock each kernel ran at is not measured here (section 2 does)")
-    print((t := roof_table(ROOF_RUNS, STREAM_BYTES, M_ROOF, (sheet := ENV.datasheet))).to_string(float_format=fmt))
-    mhz, bits = ENV.facts.max_mem_clock_mhz, ENV.facts.memory_bus_width_bits  # NVML: this device's own
-    clock_peak = 2 * mhz * bits / 8 / 1e3 if mhz and bits else np.nan  # GB/s: data moves twice per memory clock
-    print(f"  the device's own DRAM peak: 2 x {mhz} MHz x {bits} bit / 8 = {clock_peak:,.0f} GB/s; datasheet "
-          f"{sheet.mem_bandwidth_gbs if sheet else 'unknown'}")
-    limits = t["datasheet"].where(t.unit == "TFLOP/s", clock_peak)  # the hardware's: datasheet FLOP/s, clock-derived GB/s
-    nt.claim(not (t["mean"] > limits).any(), "every mean stays at or below the hardware's peak (datasheet FLOP/s, "
-             "clock-derived GB/s)", "; ".join(f"{n} {r['mean']:,.0f} vs {limits[n]:,.0f} {r.unit}" for n, r in t.iterrows()))
-    print(f"  one L2 is {100 * L2 / (2 * STREAM_BYTES):.1f} % of the bytes y = x * 2 moves; the clean-L2 rerun changed "
-          f"its rate by {100 * (t.loc[rk.CLEAN, 'mean'] / t.loc['y = x * 2', 'mean'] - 1):+.1f} %")
-    for name, r in t[(t.unit == "GB/s") & (t["% of datasheet"] > 100)].iterrows():  # ncu: cache_control="all"
-        print(f"  FINDING: {name} is {r['% of datasheet'] - 100:+.1f} % above the datasheet; started with a clean L2: "
-              f"{ENV.backend == 'ncu' or name == rk.CLEAN}; writes: {rk.STREAMS[name][1] > 0}; the clock-derived "
-              f"peak is {clock_peak / r.datasheet - 1:+.1%} from the datasheet")
-    sms, top, peaks = ENV.facts.sm_count, ENV.facts.max_sm_clock_mhz, {p: t.datasheet[f"{p} matmul"] for p in PRECISIONS}
-    apart = {p: taken_apart(v, sms, top) for p, v in peaks.items() if v > 0}  # top: the highest SM clock NVML reports
-    steady = t.loc[[n for n in rk.STREAMS if n != rk.CLEAN], "mean"]  # the roofs below leave the clean-L2 rerun out
-    ROOFS = {"memory": steady.max(), "memory stream": steady.idxmax(), "clock memory": clock_peak, "datasheet": peaks,
-             **{p: t.loc[f"{p} matmul", "mean"] for p in PRECISIONS}, "apart": apart, "x * 2": t.loc[rk.CLEAN, "mean"],
-             "per MHz": {p: sms * k / 1e6 for p, (k, _) in apart.items()}, "kernels": dict(zip(ROOF_RUNS.Annotation, ROOF_RUNS.Kernel))}
-    print("".join(f"  datasheet {p}: {peaks[p]:g} TFLOP/s = {sms} SMs x {k:,} FLOP per clock x {at:,.0f} MHz "
-                  f"({beside_top(peaks[p], at, top)})\n" for p, (k, at) in apart.items()), end="")
-    if {"fp16", "bf16"} <= set(PRECISIONS) and sheet and sheet.fp16_tflops == sheet.bf16_tflops:  # order rotated
-        nt.claim(abs(ROOFS["bf16"] / ROOFS["fp16"] - 1) < SAME / 100, f"fp16 and bf16 (one datasheet rate) reach roofs "
-                 f"within {SAME} % of each other", f"bf16 {100 * (ROOFS['bf16'] / ROOFS['fp16'] - 1):+.1f} % against fp16")
+    print(
+        "  "
+        + nt.rules(ENV.backend)
+        + "; the clock each kernel ran at is not measured here (section 2 does)"
+    )
+    print(
+        (t := roof_table(ROOF_RUNS, STREAM_BYTES, M_ROOF, (sheet := ENV.datasheet))).to_string(
+            float_format=fmt
+        )
+    )
+    mhz, bits = (
+        ENV.facts.max_mem_clock_mhz,
+        ENV.facts.memory_bus_width_bits,
+    )  # NVML: this device's own
+    clock_peak = (
+        2 * mhz * bits / 8 / 1e3 if mhz and bits else np.nan
+    )  # GB/s: data moves twice per memory clock
+    print(
+        f"  the device's own DRAM peak: 2 x {mhz} MHz x {bits} bit / 8 = {clock_peak:,.0f} GB/s; datasheet "
+        f"{sheet.mem_bandwidth_gbs if sheet else 'unknown'}"
+    )
+    limits = t["datasheet"].where(
+        t.unit == "TFLOP/s", clock_peak
+    )  # the hardware's: datasheet FLOP/s, clock-derived GB/s
+    nt.claim(
+        not (t["mean"] > limits).any(),
+        "every mean stays at or below the hardware's peak (datasheet FLOP/s, clock-derived GB/s)",
+        "; ".join(f"{n} {r['mean']:,.0f} vs {limits[n]:,.0f} {r.unit}" for n, r in t.iterrows()),
+    )
+    print(
+        f"  one L2 is {100 * L2 / (2 * STREAM_BYTES):.1f} % of the bytes y = x * 2 moves; the clean-L2 rerun changed "
+        f"its rate by {100 * (t.loc[rk.CLEAN, 'mean'] / t.loc['y = x * 2', 'mean'] - 1):+.1f} %"
+    )
+    for name, r in t[
+        (t.unit == "GB/s") & (t["% of datasheet"] > 100)
+    ].iterrows():  # ncu: cache_control="all"
+        print(
+            f"  FINDING: {name} is {r['% of datasheet'] - 100:+.1f} % above the datasheet; started with a clean L2: "
+            f"{ENV.backend == 'ncu' or name == rk.CLEAN}; writes: {rk.STREAMS[name][1] > 0}; the clock-derived "
+            f"peak is {clock_peak / r.datasheet - 1:+.1%} from the datasheet"
+        )
+    sms, top, peaks = (
+        ENV.facts.sm_count,
+        ENV.facts.max_sm_clock_mhz,
+        {p: t.datasheet[f"{p} matmul"] for p in PRECISIONS},
+    )
+    apart = {
+        p: taken_apart(v, sms, top) for p, v in peaks.items() if v > 0
+    }  # top: the highest SM clock NVML reports
+    steady = t.loc[
+        [n for n in rk.STREAMS if n != rk.CLEAN], "mean"
+    ]  # the roofs below leave the clean-L2 rerun out
+    ROOFS = {
+        "memory": steady.max(),
+        "memory stream": steady.idxmax(),
+        "clock memory": clock_peak,
+        "datasheet": peaks,
+        **{p: t.loc[f"{p} matmul", "mean"] for p in PRECISIONS},
+        "apart": apart,
+        "x * 2": t.loc[rk.CLEAN, "mean"],
+        "per MHz": {p: sms * k / 1e6 for p, (k, _) in apart.items()},
+        "kernels": dict(zip(ROOF_RUNS.Annotation, ROOF_RUNS.Kernel)),
+    }
+    print(
+        "".join(
+            f"  datasheet {p}: {peaks[p]:g} TFLOP/s = {sms} SMs x {k:,} FLOP per clock x {at:,.0f} MHz "
+            f"({beside_top(peaks[p], at, top)})\n"
+            for p, (k, at) in apart.items()
+        ),
+        end="",
+    )
+    if (
+        {"fp16", "bf16"} <= set(PRECISIONS) and sheet and sheet.fp16_tflops == sheet.bf16_tflops
+    ):  # order rotated
+        nt.claim(
+            abs(ROOFS["bf16"] / ROOFS["fp16"] - 1) < SAME / 100,
+            f"fp16 and bf16 (one datasheet rate) reach roofs within {SAME} % of each other",
+            f"bf16 {100 * (ROOFS['bf16'] / ROOFS['fp16'] - 1):+.1f} % against fp16",
+        )
     s.result = f"memory {ROOFS['memory']:,.0f} GB/s ({ROOFS['memory stream']}); " + ", ".join(
-        f"{p} {ROOFS[p]:,.0f} TFLOP/s (ridge {1e3 * ROOFS[p] / ROOFS['memory']:.0f} FLOP/byte)" for p in PRECISIONS)
+        f"{p} {ROOFS[p]:,.0f} TFLOP/s (ridge {1e3 * ROOFS[p] / ROOFS['memory']:.0f} FLOP/byte)"
+        for p in PRECISIONS
+    )
 
 # %% [markdown]
 # ## 2. Three kernels: limited by compute or by memory?
@@ -367,59 +541,181 @@ with nt.section("1. This GPU's roofs: datasheet and measured") as s:
 # dtype. The notebook takes each row's precision from the inputs' dtypes
 # (names vary by library and version) and reads the names for the instructions (section 3).
 
+
 # %%
-def combine(x, y):  # combine_kernel_metrics for METRICS: times, bytes add up; percentages, the clock weighted by time
-    return np.where(np.isin(METRICS, [TIME, DRAM_BYTES]), x + y, (x * x[0] + y * y[0]) / (x[0] + y[0]))
+def combine(
+    x, y
+):  # combine_kernel_metrics for METRICS: times, bytes add up; percentages, the clock weighted by time
+    return np.where(
+        np.isin(METRICS, [TIME, DRAM_BYTES]), x + y, (x * x[0] + y * y[0]) / (x[0] + y[0])
+    )
 
 
-def kernel_model(n_mm, n_vec, rows, b, h, s, dh, half, fused, e=2) -> dict:  # FLOPs, formula bytes, roof; e: 16-bit
-    d, sc, n = h * dh, b * h * s * s, b * h * s * dh  # sc: scores; n: elements of each of q, k, v and the output
-    att, by_op = 4 * sc * dh + 5 * sc, {"_safe_softmax": (5 * sc, "fp32")}  # QK^T, PV and softmax (see the text)
-    return {"fp16 matmul": (2 * n_mm**3, 2 * 3 * n_mm**2, "fp16"), "x * 2": (n_vec, 4 * 2 * n_vec, "fp32"),  # A B C; x y
-            "softmax [rows x 1024]": (5 * rows * 1024, 4 * 2 * rows * 1024, "fp32"),  # max, sub, exp, sum, div
-            "QKV projection": (2 * b * s * d * 3 * d, e * (b * s * d + d * 3 * d + b * s * 3 * d), half),
-            "attention softmax": (5 * sc, e * 2 * sc, "fp32"),
-            rk.MATH_FP32: (att, (4 * e + 48) * n + (34 + e) * sc, "fp32", {**by_op, "bmm": (2 * sc * dh, "fp32")}),
-            rk.MATH_HALF: (att, 8 * e * n + (7 * e + 2) * sc, half, {**by_op, "bmm": (2 * sc * dh, half)}),
-            **dict.fromkeys([rk.FUSED.get(fused, "fused"), rk.DEFAULT], (att, 4 * e * n, half))}  # q, k, v, output
+def kernel_model(
+    n_mm, n_vec, rows, b, h, s, dh, half, fused, e=2
+) -> dict:  # FLOPs, formula bytes, roof; e: 16-bit
+    d, sc, n = (
+        h * dh,
+        b * h * s * s,
+        b * h * s * dh,
+    )  # sc: scores; n: elements of each of q, k, v and the output
+    att, by_op = (
+        4 * sc * dh + 5 * sc,
+        {"_safe_softmax": (5 * sc, "fp32")},
+    )  # QK^T, PV and softmax (see the text)
+    return {
+        "fp16 matmul": (2 * n_mm**3, 2 * 3 * n_mm**2, "fp16"),
+        "x * 2": (n_vec, 4 * 2 * n_vec, "fp32"),  # A B C; x y
+        "softmax [rows x 1024]": (
+            5 * rows * 1024,
+            4 * 2 * rows * 1024,
+            "fp32",
+        ),  # max, sub, exp, sum, div
+        "QKV projection": (
+            2 * b * s * d * 3 * d,
+            e * (b * s * d + d * 3 * d + b * s * 3 * d),
+            half,
+        ),
+        "attention softmax": (5 * sc, e * 2 * sc, "fp32"),
+        rk.MATH_FP32: (
+            att,
+            (4 * e + 48) * n + (34 + e) * sc,
+            "fp32",
+            {**by_op, "bmm": (2 * sc * dh, "fp32")},
+        ),
+        rk.MATH_HALF: (
+            att,
+            8 * e * n + (7 * e + 2) * sc,
+            half,
+            {**by_op, "bmm": (2 * sc * dh, half)},
+        ),
+        **dict.fromkeys([rk.FUSED.get(fused, "fused"), rk.DEFAULT], (att, 4 * e * n, half)),
+    }  # q, k, v, output
 
 
-def by_operation(table, region, scores, flops, roofs) -> pd.DataFrame:  # a region's op-by-op rows (section 3)
-    w = table[table.Annotation.str.startswith(region + ": ")].pivot_table(
-        index=["Annotation", "Kernel"], columns="Metric", values="AvgValue", sort=False).reset_index("Kernel")
-    f, p = zip(*[flops.get(name.split()[-1], (0, "fp32")) for name in w.index])  # FLOPs by op name, else none
-    return pd.DataFrame({"kernels": w.Kernel, "us": w[TIME] / 1e3, "% of time": 100 * w[TIME] / w[TIME].sum(),
-                         "B per score": w[DRAM_BYTES] / scores, "FLOP us": np.divide(f, [roofs[r] for r in p]) / 1e6,
-                         "byte us": w[DRAM_BYTES] / roofs["memory"] / 1e3}).rename(index=lambda name: name[len(region) + 2:])
+def by_operation(
+    table, region, scores, flops, roofs
+) -> pd.DataFrame:  # a region's op-by-op rows (section 3)
+    w = (
+        table[table.Annotation.str.startswith(region + ": ")]
+        .pivot_table(
+            index=["Annotation", "Kernel"], columns="Metric", values="AvgValue", sort=False
+        )
+        .reset_index("Kernel")
+    )
+    f, p = zip(
+        *[flops.get(name.split()[-1], (0, "fp32")) for name in w.index]
+    )  # FLOPs by op name, else none
+    return pd.DataFrame(
+        {
+            "kernels": w.Kernel,
+            "us": w[TIME] / 1e3,
+            "% of time": 100 * w[TIME] / w[TIME].sum(),
+            "B per score": w[DRAM_BYTES] / scores,
+            "FLOP us": np.divide(f, [roofs[r] for r in p]) / 1e6,
+            "byte us": w[DRAM_BYTES] / roofs["memory"] / 1e3,
+        }
+    ).rename(index=lambda name: name[len(region) + 2 :])
 
 
-def place(table, model, roofs) -> pd.DataFrame:  # each annotation against the roof of its own precision and unit
+def place(
+    table, model, roofs
+) -> pd.DataFrame:  # each annotation against the roof of its own precision and unit
     w = table.pivot_table(index="Annotation", columns="Metric", values="AvgValue", sort=False)
     t = table[table.Metric == TIME].set_index("Annotation")
     names = [n for n in model if n in w.index]
-    split = pd.Series({n: len(model[n]) > 3 and table.Annotation.str.startswith(n + ": ").any() for n in names}, dtype=bool)
-    w, t, flops, formula = w.loc[names], t.loc[names], *(pd.Series({n: model[n][i] for n in names}) for i in (0, 1))
-    out = pd.DataFrame({"kernels": t.Kernel.str.count(r"\|") + 1, "time_us": t.AvgValue / 1e3, "MHz": w[CLOCK] / 1e6,
-                        "± us": stats.t.ppf(0.975, t.NumRuns - 1) * t.StdDev / np.sqrt(t.NumRuns) / 1e3,
-                        "roof": [model[n][2] for n in names], "kernel names": t.Kernel, "SM %": w[SM_PCT], "DRAM %": w[DRAM_PCT]})
-    peak, bw, sec, moved = out.roof.map(roofs).astype(float) * 1e12, roofs["memory"] * 1e9, w[TIME] / 1e9, w[DRAM_BYTES]
-    out["TFLOP/s"], out["GB/s"], out["formula MB"], out["measured MB"] = flops / sec / 1e12, moved / sec / 1e9, formula / 1e6, moved / 1e6
+    split = pd.Series(
+        {n: len(model[n]) > 3 and table.Annotation.str.startswith(n + ": ").any() for n in names},
+        dtype=bool,
+    )
+    w, t, flops, formula = (
+        w.loc[names],
+        t.loc[names],
+        *(pd.Series({n: model[n][i] for n in names}) for i in (0, 1)),
+    )
+    out = pd.DataFrame(
+        {
+            "kernels": t.Kernel.str.count(r"\|") + 1,
+            "time_us": t.AvgValue / 1e3,
+            "MHz": w[CLOCK] / 1e6,
+            "± us": stats.t.ppf(0.975, t.NumRuns - 1) * t.StdDev / np.sqrt(t.NumRuns) / 1e3,
+            "roof": [model[n][2] for n in names],
+            "kernel names": t.Kernel,
+            "SM %": w[SM_PCT],
+            "DRAM %": w[DRAM_PCT],
+        }
+    )
+    peak, bw, sec, moved = (
+        out.roof.map(roofs).astype(float) * 1e12,
+        roofs["memory"] * 1e9,
+        w[TIME] / 1e9,
+        w[DRAM_BYTES],
+    )
+    out["TFLOP/s"], out["GB/s"], out["formula MB"], out["measured MB"] = (
+        flops / sec / 1e12,
+        moved / sec / 1e9,
+        formula / 1e6,
+        moved / 1e6,
+    )
     out["AI formula"], out["AI measured"], out["ridge"] = flops / formula, flops / moved, peak / bw
-    allowed = np.maximum(flops / peak, moved / bw).where(~split, pd.Series({n: by_operation(  # seconds; run op by op:
-        table, n, 1, model[n][3], roofs)[["FLOP us", "byte us"]].max(axis=1).sum() / 1e6 for n in names if split[n]}))
+    allowed = np.maximum(flops / peak, moved / bw).where(
+        ~split,
+        pd.Series(
+            {
+                n: by_operation(  # seconds; run op by op:
+                    table, n, 1, model[n][3], roofs
+                )[["FLOP us", "byte us"]]
+                .max(axis=1)
+                .sum()
+                / 1e6
+                for n in names
+                if split[n]
+            }
+        ),
+    )
     out["% of roof"] = pct = 100 * allowed / sec  # the time the roofline allows / the time taken
-    out["formula side"], out["side"] = (np.where(out[ai] > out.ridge, "compute", "memory") for ai in ("AI formula", "AI measured"))
-    out["against"] = np.where(split, "its ops' roofs", np.where(out.side == "compute", "its " + out.roof + " roof", "the memory slope"))
-    ridge = out["on ridge"] = np.abs(np.log(out["AI measured"] / out.ridge)) < np.log(RIDGE)  # no side decided
+    out["formula side"], out["side"] = (
+        np.where(out[ai] > out.ridge, "compute", "memory") for ai in ("AI formula", "AI measured")
+    )
+    out["against"] = np.where(
+        split,
+        "its ops' roofs",
+        np.where(out.side == "compute", "its " + out.roof + " roof", "the memory slope"),
+    )
+    ridge = out["on ridge"] = np.abs(np.log(out["AI measured"] / out.ridge)) < np.log(
+        RIDGE
+    )  # no side decided
     where = np.where(split, "op by op", np.where(ridge, "on the ridge", out.side + " side"))
-    bound, v = np.where(split | ridge, "bound " + where, out.side + "-bound"), RUN_TO_RUN_PCT  # v: near a line, say so
-    out["verdict"] = np.select([pct > 100 + v, pct >= 100 - v, pct >= BOUND_AT + v, pct > BOUND_AT - v],
-        [bound + ", above its measured roof (rules or clock differ)", bound + ", at the roof (within run-to-run variation)",
-         bound, f"at {BOUND_AT} % (within run-to-run variation): bound or neither, " + where], "neither (" + where + ")")
-    out["% of datasheet"] = (100 * out["TFLOP/s"] / out.roof.map(roofs["datasheet"])).where(out.side == "compute")
-    out["% at its clock"] = (100 * out["TFLOP/s"] / out.roof.map(roofs["per MHz"]) / out.MHz).where(out.side == "compute")
-    out["counters"] = ["neither" if max(a, b) < BOUND_AT else "tie" if abs(a - b) < NEAR else "SM" if a > b else "DRAM"
-                       for a, b in zip(out["SM %"], out["DRAM %"])]
+    bound, v = (
+        np.where(split | ridge, "bound " + where, out.side + "-bound"),
+        RUN_TO_RUN_PCT,
+    )  # v: near a line, say so
+    out["verdict"] = np.select(
+        [pct > 100 + v, pct >= 100 - v, pct >= BOUND_AT + v, pct > BOUND_AT - v],
+        [
+            bound + ", above its measured roof (rules or clock differ)",
+            bound + ", at the roof (within run-to-run variation)",
+            bound,
+            f"at {BOUND_AT} % (within run-to-run variation): bound or neither, " + where,
+        ],
+        "neither (" + where + ")",
+    )
+    out["% of datasheet"] = (100 * out["TFLOP/s"] / out.roof.map(roofs["datasheet"])).where(
+        out.side == "compute"
+    )
+    out["% at its clock"] = (100 * out["TFLOP/s"] / out.roof.map(roofs["per MHz"]) / out.MHz).where(
+        out.side == "compute"
+    )
+    out["counters"] = [
+        "neither"
+        if max(a, b) < BOUND_AT
+        else "tie"
+        if abs(a - b) < NEAR
+        else "SM"
+        if a > b
+        else "DRAM"
+        for a, b in zip(out["SM %"], out["DRAM %"])
+    ]
     return out
 
 
@@ -427,29 +723,88 @@ THREE = ["fp16 matmul", "x * 2", "softmax [rows x 1024]"]
 with nt.section("2. Limited by what? Three kernels, three ways") as s:
     ENV.require("profiler")
     roofs = nt.needs(ROOFS, section="1")
-    why_not = {b: rk.sdpa_unavailable(b, HALF, H, DH) for b in rk.FUSED}  # flash first, else memory-efficient
+    why_not = {
+        b: rk.sdpa_unavailable(b, HALF, H, DH) for b in rk.FUSED
+    }  # flash first, else memory-efficient
     FUSED_BACKEND = next((b for b, why in why_not.items() if why is None), "none")
-    print("".join(f"  {rk.FUSED[b]} is not available here: {why}\n" for b, why in why_not.items() if why), end="")
+    print(
+        "".join(
+            f"  {rk.FUSED[b]} is not available here: {why}\n" for b, why in why_not.items() if why
+        ),
+        end="",
+    )
     CONFIG = (4096, N_STREAM, ROWS, B, H, S, DH, HALF, FUSED_BACKEND)
-    SETTINGS = dict(runs=2, metrics=METRICS, combine_kernel_metrics=combine, thermal_mode="off", verbosity=SILENT)
+    SETTINGS = dict(
+        runs=2,
+        metrics=METRICS,
+        combine_kernel_metrics=combine,
+        thermal_mode="off",
+        verbosity=SILENT,
+    )
     if ENV.backend == "ncu":  # nsight-python's Nsight Compute backend, in this process
-        table, source = nsight.analyze.kernel(configs=[CONFIG], **SETTINGS)(rk.limits)().to_dataframe(), "ncu"
+        table, source = (
+            nsight.analyze.kernel(configs=[CONFIG], **SETTINGS)(rk.limits)().to_dataframe(),
+            "ncu",
+        )
     else:  # an older ncu: the ncu command line on the same file
         ENV.require("ncu-cli")
-        table, source = ncu_cli.nsight_table("roofline_kernels.py", rk.limits, ncu=ENV.ncu_path, configs=[CONFIG],
-                                             **SETTINGS), "ncu-cli"
-    print(RULES := "  " + nt.rules(source, cache_control="all", clock_control="none") + "\n  roofs: " + nt.rules(ENV.backend))
+        table, source = (
+            ncu_cli.nsight_table(
+                "roofline_kernels.py", rk.limits, ncu=ENV.ncu_path, configs=[CONFIG], **SETTINGS
+            ),
+            "ncu-cli",
+        )
+    print(
+        RULES := "  "
+        + nt.rules(source, cache_control="all", clock_control="none")
+        + "\n  roofs: "
+        + nt.rules(ENV.backend)
+    )
     MEASURED, LIMITS = table, place(table, kernel_model(*CONFIG), roofs)
-    nt.claim(abs((rate := 2 * STREAM_BYTES / LIMITS.loc["x * 2", "time_us"] / 1e3) / roofs["x * 2"] - 1) < RUN_TO_RUN_PCT / 100,
-             f"x * 2 under both rules: one rate within {RUN_TO_RUN_PCT} %", f"{rate:,.0f} GB/s, {roofs['x * 2']:,.0f} in section 1 (clean L2)")
-    print((three := LIMITS.loc[THREE])[["time_us", "± us", "roof", "AI measured", "ridge", "% of roof", "verdict", "MHz", "% of datasheet",
-                 "% at its clock", "SM %", "DRAM %", "counters"]].to_string(float_format=fmt))
-    for name, r in three[three.counters.isin(["SM", "DRAM"]) & three.verdict.str.contains("-bound")].iterrows():
-        nt.claim({"SM": "compute", "DRAM": "memory"}[r.counters] == r.side, f"{name}: the counters name the limit "
-                 "the roofline names", f"SM {r['SM %']:.0f} %, DRAM {r['DRAM %']:.0f} %; {r.verdict}")
-    s.result = "; ".join(f"{n}: {r.verdict}, {r['% of roof']:.0f} % of {r.against}" + (f" ({r['% of datasheet']:.0f} % of"
-                         f" the datasheet, {r['% at its clock']:.0f} % at the {r.MHz:,.0f} MHz it ran)" if r["% at its clock"]
-                         > 0 else "") + f", counters {r.counters}" for n, r in three.iterrows())
+    nt.claim(
+        abs((rate := 2 * STREAM_BYTES / LIMITS.loc["x * 2", "time_us"] / 1e3) / roofs["x * 2"] - 1)
+        < RUN_TO_RUN_PCT / 100,
+        f"x * 2 under both rules: one rate within {RUN_TO_RUN_PCT} %",
+        f"{rate:,.0f} GB/s, {roofs['x * 2']:,.0f} in section 1 (clean L2)",
+    )
+    print(
+        (three := LIMITS.loc[THREE])[
+            [
+                "time_us",
+                "± us",
+                "roof",
+                "AI measured",
+                "ridge",
+                "% of roof",
+                "verdict",
+                "MHz",
+                "% of datasheet",
+                "% at its clock",
+                "SM %",
+                "DRAM %",
+                "counters",
+            ]
+        ].to_string(float_format=fmt)
+    )
+    for name, r in three[
+        three.counters.isin(["SM", "DRAM"]) & three.verdict.str.contains("-bound")
+    ].iterrows():
+        nt.claim(
+            {"SM": "compute", "DRAM": "memory"}[r.counters] == r.side,
+            f"{name}: the counters name the limit the roofline names",
+            f"SM {r['SM %']:.0f} %, DRAM {r['DRAM %']:.0f} %; {r.verdict}",
+        )
+    s.result = "; ".join(
+        f"{n}: {r.verdict}, {r['% of roof']:.0f} % of {r.against}"
+        + (
+            f" ({r['% of datasheet']:.0f} % of"
+            f" the datasheet, {r['% at its clock']:.0f} % at the {r.MHz:,.0f} MHz it ran)"
+            if r["% at its clock"] > 0
+            else ""
+        )
+        + f", counters {r.counters}"
+        for n, r in three.iterrows()
+    )
 
 # %% [markdown]
 # ## 3. Transformer operations on the roofline
@@ -531,50 +886,123 @@ with nt.section("2. Limited by what? Three kernels, three ways") as s:
 ISA = r"wgmma|hmma|ffma|s1688|s16816|flash_fwd|sm_?\d\d|turing|volta|ampere"  # what kernel names may say of it
 
 
-def instructions(kernels: str) -> str:  # what a row's kernel names say of instructions and architecture, or nothing
+def instructions(
+    kernels: str,
+) -> str:  # what a row's kernel names say of instructions and architecture, or nothing
     return ", ".join(dict.fromkeys(pd.Series(kernels).str.findall(ISA)[0])) or "not in the names"
 
 
-def unlike_its_roof(r, roofs) -> str:  # where a kernel's names lack a word of the roof matmul's ("sm90, wgmma" has "sm90")
+def unlike_its_roof(
+    r, roofs
+) -> str:  # where a kernel's names lack a word of the roof matmul's ("sm90, wgmma" has "sm90")
     theirs = instructions(roofs["kernels"].get(f"{r.roof} matmul", ""))
-    return "" if set(theirs.split(", ")) <= set(r.instructions.split(", ")) or not r.against.endswith(" roof") else \
-        f" (its names say {r.instructions}, its roof matmul's say {theirs}: other instructions can have a lower ceiling)"
+    return (
+        ""
+        if set(theirs.split(", ")) <= set(r.instructions.split(", "))
+        or not r.against.endswith(" roof")
+        else f" (its names say {r.instructions}, its roof matmul's say {theirs}: other instructions can have a lower ceiling)"
+    )
 
 
 with nt.section("3. Transformer ops on the roofline") as s:
     ENV.require("profiler")
     lim, roofs = nt.needs(LIMITS, section="2"), nt.needs(ROOFS, section="1")
     ops = lim.drop(index=THREE).assign(instructions=lambda t: t["kernel names"].map(instructions))
-    print(RULES + "\n" + ops.drop(columns=["kernel names", "SM %", "DRAM %", "GB/s", "formula side", "side", "against", "on ridge",
-                                            "counters"]).to_string(float_format=fmt))
+    print(
+        RULES
+        + "\n"
+        + ops.drop(
+            columns=[
+                "kernel names",
+                "SM %",
+                "DRAM %",
+                "GB/s",
+                "formula side",
+                "side",
+                "against",
+                "on ridge",
+                "counters",
+            ]
+        ).to_string(float_format=fmt)
+    )
     for region in (rk.MATH_FP32, rk.MATH_HALF):
-        parts = by_operation(MEASURED, region, B * H * S * S, (model := kernel_model(*CONFIG)[region])[3], roofs)
-        gap = parts[parts.kernels.str.contains("|", regex=False)][["FLOP us", "byte us"]].min(axis=1).sum()
-        print(f"  {region}, op by op (kernel by kernel could allow at most {gap:,.0f} us more, {100 * gap / parts.us.sum():.1f}"
-              " % of its time):\n" + parts.assign(kernels=parts.kernels.str.slice(0, 60)).to_string(float_format=fmt))
-        nt.claim(np.isclose(got := sum(model[3].get(n.split()[-1], (0,))[0] for n in parts.index), model[0]), f"{region}: each"
-                 f" op given FLOPs ({', '.join(model[3])}) is named as often as the formula counts it", f"{got:.4g} of {model[0]:.4g} FLOPs")
-        nt.claim("|".join(parts.kernels) == ops.loc[region, "kernel names"], f"{region}: the op-by-op run launches the "
-                 "region's kernels, in order", f"{len(parts)} operations, {ops.loc[region, 'kernels']} kernels")
-    for name, r in lim.iterrows():  # a GEMM re-reads the tiles its L2 cannot keep, as often as L2 and tiling make it
+        parts = by_operation(
+            MEASURED, region, B * H * S * S, (model := kernel_model(*CONFIG)[region])[3], roofs
+        )
+        gap = (
+            parts[parts.kernels.str.contains("|", regex=False)][["FLOP us", "byte us"]]
+            .min(axis=1)
+            .sum()
+        )
+        print(
+            f"  {region}, op by op (kernel by kernel could allow at most {gap:,.0f} us more, {100 * gap / parts.us.sum():.1f}"
+            " % of its time):\n"
+            + parts.assign(kernels=parts.kernels.str.slice(0, 60)).to_string(float_format=fmt)
+        )
+        nt.claim(
+            np.isclose(
+                got := sum(model[3].get(n.split()[-1], (0,))[0] for n in parts.index), model[0]
+            ),
+            f"{region}: each"
+            f" op given FLOPs ({', '.join(model[3])}) is named as often as the formula counts it",
+            f"{got:.4g} of {model[0]:.4g} FLOPs",
+        )
+        nt.claim(
+            "|".join(parts.kernels) == ops.loc[region, "kernel names"],
+            f"{region}: the op-by-op run launches the region's kernels, in order",
+            f"{len(parts)} operations, {ops.loc[region, 'kernels']} kernels",
+        )
+    for (
+        name,
+        r,
+    ) in (
+        lim.iterrows()
+    ):  # a GEMM re-reads the tiles its L2 cannot keep, as often as L2 and tiling make it
         gemm = name in ("fp16 matmul", "QKV projection")
-        nt.claim(r["formula MB"] - r.kernels * L2 / 1e6 <= r["measured MB"] <= (np.inf if gemm else UPPER) * r["formula MB"],
-                 f"{name}: measured bytes within one L2 per kernel below the formula, " + ("any amount above (a GEMM)"
-                 if gemm else f"{UPPER}x above"), f"{fmt(r['measured MB'])} of {fmt(r['formula MB'])} MB")
-    near = lim[np.abs(np.log(lim["AI formula"] / lim.ridge)) < np.log(4)]  # the rest: more than 4x from the ridge
-    nt.claim(((near.side == near["formula side"]) | near["on ridge"]).all(), "near their ridge, "
-             "measured intensities fall on the formula's side (or on the ridge)", "; ".join(f"{n}: AI {fmt(r['AI measured'])}"
-             f" (formula {fmt(r['AI formula'])}), ridge {fmt(r.ridge)}" for n, r in near.iterrows()) or "none near")
-    for before, after, label in ((rk.MATH_HALF, (fused := rk.FUSED.get(FUSED_BACKEND)), "fusion alone"),
-                                 (rk.MATH_FP32, fused, "precision + fusion"), (rk.MATH_FP32, rk.MATH_HALF, "precision alone")):
+        nt.claim(
+            r["formula MB"] - r.kernels * L2 / 1e6
+            <= r["measured MB"]
+            <= (np.inf if gemm else UPPER) * r["formula MB"],
+            f"{name}: measured bytes within one L2 per kernel below the formula, "
+            + ("any amount above (a GEMM)" if gemm else f"{UPPER}x above"),
+            f"{fmt(r['measured MB'])} of {fmt(r['formula MB'])} MB",
+        )
+    near = lim[
+        np.abs(np.log(lim["AI formula"] / lim.ridge)) < np.log(4)
+    ]  # the rest: more than 4x from the ridge
+    nt.claim(
+        ((near.side == near["formula side"]) | near["on ridge"]).all(),
+        "near their ridge, measured intensities fall on the formula's side (or on the ridge)",
+        "; ".join(
+            f"{n}: AI {fmt(r['AI measured'])}"
+            f" (formula {fmt(r['AI formula'])}), ridge {fmt(r.ridge)}"
+            for n, r in near.iterrows()
+        )
+        or "none near",
+    )
+    for before, after, label in (
+        (rk.MATH_HALF, (fused := rk.FUSED.get(FUSED_BACKEND)), "fusion alone"),
+        (rk.MATH_FP32, fused, "precision + fusion"),
+        (rk.MATH_FP32, rk.MATH_HALF, "precision alone"),
+    ):
         if {before, after} <= set(ops.index):
             x, y = ops.loc[before], ops.loc[after]
-            label += "" if x.instructions == y.instructions else f" (and {y.instructions} for {x.instructions})"
-            nt.claim(y["measured MB"] < x["measured MB"] and y.time_us < x.time_us, f"{label}: {after} moves the "
-                     f"point right and up from {before}", f"{x['measured MB'] / y['measured MB']:.1f}x fewer DRAM bytes, "
-                     f"{x.time_us / y.time_us:.1f}x faster")
-    s.result = "; ".join(f"{n}: {r.verdict} at {r['% of roof']:.0f} % of {r.against}{unlike_its_roof(r, roofs)}, "
-                         f"{r.time_us:,.0f} us" for n, r in ops.iterrows())
+            label += (
+                ""
+                if x.instructions == y.instructions
+                else f" (and {y.instructions} for {x.instructions})"
+            )
+            nt.claim(
+                y["measured MB"] < x["measured MB"] and y.time_us < x.time_us,
+                f"{label}: {after} moves the point right and up from {before}",
+                f"{x['measured MB'] / y['measured MB']:.1f}x fewer DRAM bytes, "
+                f"{x.time_us / y.time_us:.1f}x faster",
+            )
+    s.result = "; ".join(
+        f"{n}: {r.verdict} at {r['% of roof']:.0f} % of {r.against}{unlike_its_roof(r, roofs)}, "
+        f"{r.time_us:,.0f} us"
+        for n, r in ops.iterrows()
+    )
 
 # %% [markdown]
 # ## 4. The roofline plot
@@ -592,29 +1020,80 @@ with nt.section("3. Transformer ops on the roofline") as s:
 with nt.section("4. The roofline plot") as s:
     ENV.require("profiler")
     points, roofs = nt.needs(LIMITS, section="2"), nt.needs(ROOFS, section="1")
-    sheet, ai, colors = ENV.datasheet, np.logspace(-2, 4.5, 300), {"fp16": "C0", "bf16": "C1", "fp32": "C2"}
+    sheet, ai, colors = (
+        ENV.datasheet,
+        np.logspace(-2, 4.5, 300),
+        {"fp16": "C0", "bf16": "C1", "fp32": "C2"},
+    )
     fig, ax = plt.subplots(figsize=(11, 6))
     for p in PRECISIONS:
-        ax.plot(ai, np.minimum(roofs[p] * 1e12, roofs["memory"] * 1e9 * ai), "-", color=colors[p], label=f"measured {p} roof")
+        ax.plot(
+            ai,
+            np.minimum(roofs[p] * 1e12, roofs["memory"] * 1e9 * ai),
+            "-",
+            color=colors[p],
+            label=f"measured {p} roof",
+        )
         if sheet and sheet.peak_tflops(p).value and sheet.mem_bandwidth_gbs.value:
-            ax.plot(ai, np.minimum(sheet.peak_tflops(p).value * 1e12, sheet.mem_bandwidth_gbs.value * 1e9 * ai), "--",
-                    color=colors[p], lw=0.8, label=f"datasheet {p}")
+            ax.plot(
+                ai,
+                np.minimum(
+                    sheet.peak_tflops(p).value * 1e12, sheet.mem_bandwidth_gbs.value * 1e9 * ai
+                ),
+                "--",
+                color=colors[p],
+                lw=0.8,
+                label=f"datasheet {p}",
+            )
     for i, (name, r) in enumerate(points.iterrows(), 1):
-        y, angle = r["TFLOP/s"] * 1e12, 2.4 * i  # labels placed round their dots: two dots in one place stay readable
+        y, angle = (
+            r["TFLOP/s"] * 1e12,
+            2.4 * i,
+        )  # labels placed round their dots: two dots in one place stay readable
         ax.plot(r["AI measured"], y, "o", color=colors[r.roof], ms=6)
         ax.plot(r["AI formula"], y, "o", mfc="none", color=colors[r.roof], ms=9, alpha=0.6)
-        ax.annotate(str(i), (r["AI measured"], y), textcoords="offset points", xytext=(18 * np.cos(angle), 18 * np.sin(angle)),
-                    fontsize=8, ha="center", va="center", arrowprops=dict(arrowstyle="-", lw=0.5, color="gray"))
-        ax.plot([], [], " ", label=f"{i}: {name}" + (f" (the sum of {r.kernels} kernels)" if r.kernels > 1 else ""))
+        ax.annotate(
+            str(i),
+            (r["AI measured"], y),
+            textcoords="offset points",
+            xytext=(18 * np.cos(angle), 18 * np.sin(angle)),
+            fontsize=8,
+            ha="center",
+            va="center",
+            arrowprops=dict(arrowstyle="-", lw=0.5, color="gray"),
+        )
+        ax.plot(
+            [],
+            [],
+            " ",
+            label=f"{i}: {name}" + (f" (the sum of {r.kernels} kernels)" if r.kernels > 1 else ""),
+        )
     ax.plot([], [], "o", mfc="none", color="gray", label="ring: the formula's intensity")
-    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/DRAM byte)", ylabel="FLOP/s", title=ENV.gpu_name)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1)); ax.grid(True, which="major", alpha=0.3)
-    plt.tight_layout(); plt.show()
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="arithmetic intensity (FLOP/DRAM byte)",
+        ylabel="FLOP/s",
+        title=ENV.gpu_name,
+    )
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.grid(True, which="major", alpha=0.3)
+    plt.tight_layout()
+    plt.show()
     for name, r in points.iterrows():
-        nt.claim(not r["% at its clock"] > 100 and not r["GB/s"] > roofs["clock memory"], f"{name}: below the hardware's"
-                 " peaks", (f"{r['% at its clock']:.0f} % of the {r.roof} peak at the {r.MHz:,.0f} MHz it ran; " if r.side ==
-                 "compute" else "memory side: ") + f"{r['GB/s']:,.0f} of {roofs['clock memory']:,.0f} GB/s")
-    s.result = f"{len(points)} kernels on the roofline of {ENV.gpu_name}, none above the hardware's peaks"
+        nt.claim(
+            not r["% at its clock"] > 100 and not r["GB/s"] > roofs["clock memory"],
+            f"{name}: below the hardware's peaks",
+            (
+                f"{r['% at its clock']:.0f} % of the {r.roof} peak at the {r.MHz:,.0f} MHz it ran; "
+                if r.side == "compute"
+                else "memory side: "
+            )
+            + f"{r['GB/s']:,.0f} of {roofs['clock memory']:,.0f} GB/s",
+        )
+    s.result = (
+        f"{len(points)} kernels on the roofline of {ENV.gpu_name}, none above the hardware's peaks"
+    )
 
 # %% [markdown]
 # ## Takeaways
@@ -656,4 +1135,4 @@ with nt.section("4. The roofline plot") as s:
 # (metrics, roofline, replay, cache and clock control).
 
 # %%
-nt.summary();
+nt.summary()

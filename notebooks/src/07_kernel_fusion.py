@@ -55,16 +55,29 @@ def add(x, y):
 # Three runs: each kernel here moves hundreds of megabytes or more with flushed caches, and its time repeats
 # to about a percent or better (notebook 03 shows how to check); the differences below are tens of percent and
 # more, which three runs and a Student-t interval resolve. Under Nsight Compute every run replays every kernel.
-SETTINGS = dict(runs=3, metrics=[TIME, READ, WRITE], combine_kernel_metrics=add, cache_control="all",
-                clock_control="none", thermal_mode="off", verbosity=SILENT)
+SETTINGS = dict(
+    runs=3,
+    metrics=[TIME, READ, WRITE],
+    combine_kernel_metrics=add,
+    cache_control="all",
+    clock_control="none",
+    thermal_mode="off",
+    verbosity=SILENT,
+)
 FUSION = GELU = None  # sections 1 and 2 set their tables, for the plot
 if ENV.facts:
     L2 = ENV.facts.l2_bytes
-    VECTOR = min(max(16 * L2, 256 * MiB), torch.cuda.mem_get_info()[0] // 16) // MiB * MiB  # bytes, from free memory
-    N = VECTOR // 4  # float32 elements per vector; the GELU's input is ROWS x HIDDEN = N elements too
+    VECTOR = (
+        min(max(16 * L2, 256 * MiB), torch.cuda.mem_get_info()[0] // 16) // MiB * MiB
+    )  # bytes, from free memory
+    N = (
+        VECTOR // 4
+    )  # float32 elements per vector; the GELU's input is ROWS x HIDDEN = N elements too
     ROWS = N // HIDDEN
-    print(f"L2 {L2 / MiB:.0f} MiB -> vectors of {N:,} floats ({VECTOR / MiB:,.0f} MiB, {VECTOR / L2:.1f}x L2); "
-          f"GELU input {ROWS:,} x {HIDDEN}")
+    print(
+        f"L2 {L2 / MiB:.0f} MiB -> vectors of {N:,} floats ({VECTOR / MiB:,.0f} MiB, {VECTOR / L2:.1f}x L2); "
+        f"GELU input {ROWS:,} x {HIDDEN}"
+    )
 
 # %% [markdown]
 # ## The kernels, written once
@@ -86,15 +99,25 @@ import torch.nn.functional as F
 
 UNFUSED, ADDCMUL = "a + b * c", "torch.addcmul(a, b, c)"
 HAND, IDIOMATIC, COMPILED = "GELU by hand, eager", "F.gelu, eager", "GELU, torch.compile"
-BIAS, GELU_ONLY = "x + bias, eager", "F.gelu(h) alone, eager"  # the idiomatic version's two kernels, one at a time
-STREAMS = {"x.sum()": 1, "y = x * 2": 2, "y = x + w": 3, "y = addcmul(x, w, v)": 4}  # vectors read + written; x.sum()
+BIAS, GELU_ONLY = (
+    "x + bias, eager",
+    "F.gelu(h) alone, eager",
+)  # the idiomatic version's two kernels, one at a time
+STREAMS = {
+    "x.sum()": 1,
+    "y = x * 2": 2,
+    "y = x + w": 3,
+    "y = addcmul(x, w, v)": 4,
+}  # vectors read + written; x.sum()
 # is a reduction kernel that reads x, the others streams
 
 
 def gelu_by_hand(x, bias):
     """Bias add, then GELU's tanh approximation written out as GPT-2 does (its NewGELUActivation)."""
     h = x + bias
-    return 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+    return (
+        0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+    )
 
 
 def gelu_idiomatic(x, bias):
@@ -107,12 +130,16 @@ def compiler():
     """torch.compile's version of gelu_by_hand, made on first use (importing the compiler takes a second)."""
     import torch._inductor.config
 
-    torch._inductor.config.compile_threads = 1  # compile in this process: no pool of workers for one kernel
+    torch._inductor.config.compile_threads = (
+        1  # compile in this process: no pool of workers for one kernel
+    )
     return torch.compile(gelu_by_hand, dynamic=False)
 
 
 def compiled_gelu(x, bias):
-    return compiler()(x, bias)  # the first call compiles (seconds); later calls launch one fused kernel
+    return compiler()(
+        x, bias
+    )  # the first call compiles (seconds); later calls launch one fused kernel
 
 
 def fusion(n):
@@ -125,7 +152,9 @@ def fusion(n):
 
 def gelu(rows, hidden):
     x, bias = torch.randn(rows, hidden, device="cuda"), torch.randn(hidden, device="cuda")
-    h = x + bias  # outside the annotations: in a model the bias add sits in the linear layer's epilogue
+    h = (
+        x + bias
+    )  # outside the annotations: in a model the bias add sits in the linear layer's epilogue
     compiled_gelu(x, bias)  # compiles on the first run of a fresh process, outside every annotation
     with nsight.annotate(HAND):
         gelu_by_hand(x, bias)
@@ -169,12 +198,19 @@ fk = importlib.reload(fk)  # after an edit of the cell above, its new version
 def hand_counts(n: int, hidden: int) -> dict:
     """Kernels and DRAM bytes each variant must launch and move, counted by hand (the tables in the text)."""
     v, b = 4 * n, 4 * hidden  # bytes of one vector and of the bias
-    return {fk.UNFUSED: dict(kernels=2, read=(2 + 2) * v, write=(1 + 1) * v),  # b, c -> t; then a, t -> result
-            fk.ADDCMUL: dict(kernels=1, read=3 * v, write=v),
-            fk.HAND: dict(kernels=9, read=11 * v + b, write=9 * v),
-            fk.IDIOMATIC: dict(kernels=2, read=2 * v + b, write=2 * v),  # x + bias -> h; then gelu(h) -> y
-            fk.BIAS: dict(kernels=1, read=v + b, write=v), fk.GELU_ONLY: dict(kernels=1, read=v, write=v),
-            fk.COMPILED: dict(kernels=1, read=v + b, write=v)}
+    return {
+        fk.UNFUSED: dict(
+            kernels=2, read=(2 + 2) * v, write=(1 + 1) * v
+        ),  # b, c -> t; then a, t -> result
+        fk.ADDCMUL: dict(kernels=1, read=3 * v, write=v),
+        fk.HAND: dict(kernels=9, read=11 * v + b, write=9 * v),
+        fk.IDIOMATIC: dict(
+            kernels=2, read=2 * v + b, write=2 * v
+        ),  # x + bias -> h; then gelu(h) -> y
+        fk.BIAS: dict(kernels=1, read=v + b, write=v),
+        fk.GELU_ONLY: dict(kernels=1, read=v, write=v),
+        fk.COMPILED: dict(kernels=1, read=v + b, write=v),
+    }
 
 
 def variants(table: pd.DataFrame, counts: dict) -> pd.DataFrame:
@@ -184,11 +220,17 @@ def variants(table: pd.DataFrame, counts: dict) -> pd.DataFrame:
     for name in table.Annotation.unique():
         m, c = table[table.Annotation == name].set_index("Metric"), counts[name]
         t = m.loc[TIME]
-        rows[name] = {"kernels": t.Kernel.count("|") + 1, "counted": c["kernels"], "time us": t.AvgValue / 1e3,
-                      "+/- us": stats.t.ppf(0.975, t.NumRuns - 1) * t.StdDev / np.sqrt(t.NumRuns) / 1e3,
-                      "read MB": m.AvgValue[READ] / 1e6, "counted read MB": c["read"] / 1e6,
-                      "write MB": m.AvgValue[WRITE] / 1e6, "counted write MB": c["write"] / 1e6,
-                      "GB/s": (c["read"] + c["write"]) / t.AvgValue}
+        rows[name] = {
+            "kernels": t.Kernel.count("|") + 1,
+            "counted": c["kernels"],
+            "time us": t.AvgValue / 1e3,
+            "+/- us": stats.t.ppf(0.975, t.NumRuns - 1) * t.StdDev / np.sqrt(t.NumRuns) / 1e3,
+            "read MB": m.AvgValue[READ] / 1e6,
+            "counted read MB": c["read"] / 1e6,
+            "write MB": m.AvgValue[WRITE] / 1e6,
+            "counted write MB": c["write"] / 1e6,
+            "GB/s": (c["read"] + c["write"]) / t.AvgValue,
+        }
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
@@ -196,13 +238,19 @@ def as_counted(row: pd.Series, l2: float) -> bool:
     """The counters against the hand count. Reads: after the flush every input byte comes from DRAM, so not fewer
     (2 % slack) and not much more (10 %: other traffic). Writes: up to one L2 per kernel may still sit in L2 when
     the kernel's counters stop; not more than the count (10 % slack)."""
-    read, write, counted = row["read MB"] / row["counted read MB"], row["write MB"], row["counted write MB"]
+    read, write, counted = (
+        row["read MB"] / row["counted read MB"],
+        row["write MB"],
+        row["counted write MB"],
+    )
     return 0.98 <= read <= 1.10 and counted - row["kernels"] * l2 / 1e6 <= write <= 1.10 * counted
 
 
 def slower_by(table: pd.DataFrame, slow: str, fast: str) -> tuple[float, float, float]:
     """How much longer `slow` takes than `fast`, in us: the difference of the mean times and its Welch 95 % interval."""
-    a, b = (table[(table.Annotation == name) & (table.Metric == TIME)].iloc[0] for name in (slow, fast))
+    a, b = (
+        table[(table.Annotation == name) & (table.Metric == TIME)].iloc[0] for name in (slow, fast)
+    )
     va, vb = a.StdDev**2 / a.NumRuns, b.StdDev**2 / b.NumRuns
     dof = (va + vb) ** 2 / (va**2 / (a.NumRuns - 1) + vb**2 / (b.NumRuns - 1))
     d, half = a.AvgValue - b.AvgValue, stats.t.ppf(0.975, dof) * np.sqrt(va + vb)
@@ -213,7 +261,13 @@ def verdict(lo: float, hi: float, ref: float, margin: float = 2.0) -> str:
     """A difference's 95 % interval [lo, hi] against ref: "slower" or "faster" where the whole interval lies beyond
     +-margin % of ref, else "not distinguishable" (a near-tie is named, not decided: it can flip from run to run)."""
     edge = margin / 100 * ref
-    return "slower" if lo > edge else "faster" if hi < -edge else f"not distinguishable (within {margin:g} %)"
+    return (
+        "slower"
+        if lo > edge
+        else "faster"
+        if hi < -edge
+        else f"not distinguishable (within {margin:g} %)"
+    )
 
 
 def report(table: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -222,13 +276,23 @@ def report(table: pd.DataFrame, source: str) -> pd.DataFrame:
     t = variants(table, hand_counts(N, HIDDEN))
     print(t.to_string(float_format="{:,.1f}".format))
     for name, r in t.iterrows():
-        kernels = Counter(table[(table.Annotation == name) & (table.Metric == TIME)].Kernel.iloc[0].split("|"))
-        nt.claim(r["kernels"] == r["counted"], f"{name} launches the {r['counted']:.0f} kernel(s) counted by hand",
-                 ", ".join(f"{c} x " * (c > 1) + nt.short_kernel_name(k) for k, c in kernels.items()))
-        nt.claim(as_counted(r, L2), f"{name}: the DRAM counters read the bytes counted by hand (writes: within one "
-                 "L2 per kernel)", f"read {r['read MB']:,.0f} of {r['counted read MB']:,.0f} MB, "
-                 f"wrote {r['write MB']:,.0f} of {r['counted write MB']:,.0f} MB")
+        kernels = Counter(
+            table[(table.Annotation == name) & (table.Metric == TIME)].Kernel.iloc[0].split("|")
+        )
+        nt.claim(
+            r["kernels"] == r["counted"],
+            f"{name} launches the {r['counted']:.0f} kernel(s) counted by hand",
+            ", ".join(f"{c} x " * (c > 1) + nt.short_kernel_name(k) for k, c in kernels.items()),
+        )
+        nt.claim(
+            as_counted(r, L2),
+            f"{name}: the DRAM counters read the bytes counted by hand (writes: within one "
+            "L2 per kernel)",
+            f"read {r['read MB']:,.0f} of {r['counted read MB']:,.0f} MB, "
+            f"wrote {r['write MB']:,.0f} of {r['counted write MB']:,.0f} MB",
+        )
     return t
+
 
 # %% [markdown]
 # ## 1. Unfused vs fused: `a + b * c` against `torch.addcmul(a, b, c)`
@@ -266,20 +330,32 @@ def report(table: pd.DataFrame, source: str) -> pd.DataFrame:
 # %%
 with nt.section("1. Unfused vs fused: a + b * c against torch.addcmul") as s:
     if ENV.backend == "ncu":  # nsight-python's Nsight Compute backend: this process, one call
-        table, source = nsight.analyze.kernel(configs=[(N,)], **SETTINGS)(fk.fusion)().to_dataframe(), "ncu"
+        table, source = (
+            nsight.analyze.kernel(configs=[(N,)], **SETTINGS)(fk.fusion)().to_dataframe(),
+            "ncu",
+        )
     else:  # CUPTI measures durations only: the ncu command line runs the same file with the same settings
         ENV.require("ncu-cli")
-        table, source = ncu_cli.nsight_table("fusion_kernels.py", fk.fusion, ncu=ENV.ncu_path, configs=[(N,)],
-                                             **SETTINGS), "ncu-cli"
+        table, source = (
+            ncu_cli.nsight_table(
+                "fusion_kernels.py", fk.fusion, ncu=ENV.ncu_path, configs=[(N,)], **SETTINGS
+            ),
+            "ncu-cli",
+        )
     FUSION = t = report(table, source)
     d, lo, hi = slower_by(table, fk.UNFUSED, fk.ADDCMUL)
-    nt.claim(lo > 0, "a + b * c takes longer than torch.addcmul (the 95 % interval of the difference is above zero)",
-             f"{d:+,.1f} us [{lo:+,.1f}, {hi:+,.1f}]")
+    nt.claim(
+        lo > 0,
+        "a + b * c takes longer than torch.addcmul (the 95 % interval of the difference is above zero)",
+        f"{d:+,.1f} us [{lo:+,.1f}, {hi:+,.1f}]",
+    )
     u, f = t.loc[fk.UNFUSED], t.loc[fk.ADDCMUL]
-    s.result = (f"bytes unfused/fused: counted {u['counted read MB'] + u['counted write MB']:,.0f}/"
-                f"{f['counted read MB'] + f['counted write MB']:,.0f} MB, measured "
-                f"{u['read MB'] + u['write MB']:,.0f}/{f['read MB'] + f['write MB']:,.0f} MB; "
-                f"time {u['time us']:,.0f} vs {f['time us']:,.0f} us, +{d:,.0f} us [{lo:,.0f}, {hi:,.0f}]")
+    s.result = (
+        f"bytes unfused/fused: counted {u['counted read MB'] + u['counted write MB']:,.0f}/"
+        f"{f['counted read MB'] + f['counted write MB']:,.0f} MB, measured "
+        f"{u['read MB'] + u['write MB']:,.0f}/{f['read MB'] + f['write MB']:,.0f} MB; "
+        f"time {u['time us']:,.0f} vs {f['time us']:,.0f} us, +{d:,.0f} us [{lo:,.0f}, {hi:,.0f}]"
+    )
 
 # %% [markdown]
 # ## 2. Bias + GELU, three ways: by hand, `F.gelu`, `torch.compile` -- and the bias add apart
@@ -329,14 +405,17 @@ with nt.section("1. Unfused vs fused: a + b * c against torch.addcmul") as s:
 # agree. `gelu` calls `compiled_gelu` once before its annotations too, so the `ncu`
 # command line's fresh process compiles for itself before its first annotation.
 
+
 # %%
 def require_triton() -> None:
     """torch.compile's GPU code generator: Triton, on compute capability 7.0 or newer."""
     ENV.require_compute_capability((7, 0), "torch.compile's Triton code generator", also="triton")
     if importlib.util.find_spec("triton") is None:
-        raise nt.Skip("torch.compile generates GPU kernels with Triton, and Triton is not installed",
-                      "install PyTorch's CUDA build for Linux, which brings Triton (`pip install torch`)",
-                      needs="triton")
+        raise nt.Skip(
+            "torch.compile generates GPU kernels with Triton, and Triton is not installed",
+            "install PyTorch's CUDA build for Linux, which brings Triton (`pip install torch`)",
+            needs="triton",
+        )
 
 
 with nt.section("2. Bias + GELU three ways: by hand, F.gelu, torch.compile") as s:
@@ -350,35 +429,70 @@ with nt.section("2. Bias + GELU three ways: by hand, F.gelu, torch.compile") as 
     print(f"  compiled and warmed up in {compile_s:.1f} s, before and outside any annotation")
     del x, bias, y  # freed: gelu (or the ncu child) makes its own
     if ENV.backend == "ncu":
-        table, source = nsight.analyze.kernel(configs=[(ROWS, HIDDEN)], **SETTINGS)(fk.gelu)().to_dataframe(), "ncu"
+        table, source = (
+            nsight.analyze.kernel(configs=[(ROWS, HIDDEN)], **SETTINGS)(fk.gelu)().to_dataframe(),
+            "ncu",
+        )
     else:  # CUPTI measures durations only: the ncu command line on the same file, with the same settings
         ENV.require("ncu-cli")
-        table, source = ncu_cli.nsight_table("fusion_kernels.py", fk.gelu, ncu=ENV.ncu_path, configs=[(ROWS, HIDDEN)],
-                                             **SETTINGS), "ncu-cli"
-    nt.claim(error < 1e-4, "by hand, F.gelu and torch.compile compute the same values", f"max |difference| {error:.1e}")
+        table, source = (
+            ncu_cli.nsight_table(
+                "fusion_kernels.py", fk.gelu, ncu=ENV.ncu_path, configs=[(ROWS, HIDDEN)], **SETTINGS
+            ),
+            "ncu-cli",
+        )
+    nt.claim(
+        error < 1e-4,
+        "by hand, F.gelu and torch.compile compute the same values",
+        f"max |difference| {error:.1e}",
+    )
     GELU = t = report(table, source)
     for slow in (fk.HAND, fk.IDIOMATIC):
         d, lo, hi = slower_by(table, slow, fk.COMPILED)
-        print(f"  {slow} takes {t['time us'][slow] / t['time us'][fk.COMPILED]:.1f}x as long as {fk.COMPILED}: "
-              f"{d:+,.1f} us [{lo:+,.1f}, {hi:+,.1f}] (95 %)")
-        nt.claim(lo > 0, f"{fk.COMPILED} is faster than {slow} (the 95 % interval of the difference is above zero)",
-                 f"{d:+,.1f} us")
-    bias, alone, both, fused = (t.loc[name] for name in (fk.BIAS, fk.GELU_ONLY, fk.IDIOMATIC, fk.COMPILED))
-    nt.claim(abs(bias["time us"] + alone["time us"] - both["time us"]) < 0.05 * both["time us"], f"{fk.BIAS} and "
-             f"{fk.GELU_ONLY}, measured one at a time, add up to {fk.IDIOMATIC} (within 5 %)",
-             f"{bias['time us']:,.0f} + {alone['time us']:,.0f} vs {both['time us']:,.0f} us")
-    counted = (both["counted read MB"] + both["counted write MB"]) / (fused["counted read MB"] + fused["counted write MB"])
+        print(
+            f"  {slow} takes {t['time us'][slow] / t['time us'][fk.COMPILED]:.1f}x as long as {fk.COMPILED}: "
+            f"{d:+,.1f} us [{lo:+,.1f}, {hi:+,.1f}] (95 %)"
+        )
+        nt.claim(
+            lo > 0,
+            f"{fk.COMPILED} is faster than {slow} (the 95 % interval of the difference is above zero)",
+            f"{d:+,.1f} us",
+        )
+    bias, alone, both, fused = (
+        t.loc[name] for name in (fk.BIAS, fk.GELU_ONLY, fk.IDIOMATIC, fk.COMPILED)
+    )
+    nt.claim(
+        abs(bias["time us"] + alone["time us"] - both["time us"]) < 0.05 * both["time us"],
+        f"{fk.BIAS} and "
+        f"{fk.GELU_ONLY}, measured one at a time, add up to {fk.IDIOMATIC} (within 5 %)",
+        f"{bias['time us']:,.0f} + {alone['time us']:,.0f} vs {both['time us']:,.0f} us",
+    )
+    counted = (both["counted read MB"] + both["counted write MB"]) / (
+        fused["counted read MB"] + fused["counted write MB"]
+    )
     ratio = both["time us"] / fused["time us"]
-    print(f"  {fk.IDIOMATIC} takes {ratio:.1f}x {fk.COMPILED}'s time: {counted:.1f}x the bytes, times {ratio / counted:.2f}x"
-          f" the time per byte; its bias add moves its bytes at {bias['GB/s']:,.0f} GB/s, F.gelu(h) at "
-          f"{alone['GB/s']:,.0f}, the compiled kernel at {fused['GB/s']:,.0f}")
+    print(
+        f"  {fk.IDIOMATIC} takes {ratio:.1f}x {fk.COMPILED}'s time: {counted:.1f}x the bytes, times {ratio / counted:.2f}x"
+        f" the time per byte; its bias add moves its bytes at {bias['GB/s']:,.0f} GB/s, F.gelu(h) at "
+        f"{alone['GB/s']:,.0f}, the compiled kernel at {fused['GB/s']:,.0f}"
+    )
     d, lo, hi = slower_by(table, fk.GELU_ONLY, fk.COMPILED)
     same = verdict(lo, hi, fused["time us"])
-    print(f"  {fk.GELU_ONLY} (what a model with the bias in its linear layer pays) against {fk.COMPILED}: "
-          f"{d:+,.1f} us [{lo:+,.1f}, {hi:+,.1f}] (95 %): {same}")
-    s.result = "; ".join([*(f"{name}: {r['kernels']:.0f} kernel(s), {r['read MB'] + r['write MB']:,.0f} MB, "
-                            f"{r['time us']:,.0f} us" for name, r in t.iterrows()),
-                          f"F.gelu(h) alone vs compiled: {same}", f"compile {compile_s:.1f} s"])
+    print(
+        f"  {fk.GELU_ONLY} (what a model with the bias in its linear layer pays) against {fk.COMPILED}: "
+        f"{d:+,.1f} us [{lo:+,.1f}, {hi:+,.1f}] (95 %): {same}"
+    )
+    s.result = "; ".join(
+        [
+            *(
+                f"{name}: {r['kernels']:.0f} kernel(s), {r['read MB'] + r['write MB']:,.0f} MB, "
+                f"{r['time us']:,.0f} us"
+                for name, r in t.iterrows()
+            ),
+            f"F.gelu(h) alone vs compiled: {same}",
+            f"compile {compile_s:.1f} s",
+        ]
+    )
 
 # %% [markdown]
 # Did the fusion succeed? The `Kernel` column says how many kernels each region launched and
@@ -406,8 +520,13 @@ with nt.section("2. Bias + GELU three ways: by hand, F.gelu, torch.compile") as 
 with nt.section("3. How close to the bandwidth roof is the fused kernel?") as s:
     ENV.require("profiler", also="triton")
     require_triton()
-    table = nsight.analyze.kernel(configs=[(ROWS, HIDDEN)], runs=SETTINGS["runs"], combine_kernel_metrics=add,
-                                  thermal_mode="off", verbosity=SILENT)(fk.roof)().to_dataframe()
+    table = nsight.analyze.kernel(
+        configs=[(ROWS, HIDDEN)],
+        runs=SETTINGS["runs"],
+        combine_kernel_metrics=add,
+        thermal_mode="off",
+        verbosity=SILENT,
+    )(fk.roof)().to_dataframe()
     print(nt.rules(ENV.backend))
     ns = table.set_index("Annotation").AvgValue
     gbs = {name: k * VECTOR / ns[name] for name, k in fk.STREAMS.items()}
@@ -415,20 +534,31 @@ with nt.section("3. How close to the bandwidth roof is the fused kernel?") as s:
     gbs[fk.COMPILED] = (counted["read"] + counted["write"]) / ns[fk.COMPILED]
     roof, mix = max(gbs[name] for name in fk.STREAMS), gbs["y = x * 2"]
     sheet = ENV.datasheet.mem_bandwidth_gbs.value if ENV.datasheet else None
-    clock, bus = ENV.facts.max_mem_clock_mhz, ENV.facts.memory_bus_width_bits  # double data rate: 2 transfers a clock
+    clock, bus = (
+        ENV.facts.max_mem_clock_mhz,
+        ENV.facts.memory_bus_width_bits,
+    )  # double data rate: 2 transfers a clock
     clock_peak = 2 * clock * 1e6 * bus / 8 / 1e9 if clock and bus else None
     for name, v in gbs.items():
         print(f"  {name:22s} {v:7,.0f} GB/s = {100 * v / roof:5.1f} % of the measured roof")
     eff = gbs[fk.COMPILED]
-    print(f"  {fk.COMPILED}: {100 * eff / mix:.1f} % of its same-mix stream (y = x * 2); datasheet "
-          f"{f'{sheet:,.0f}' if sheet else 'unknown'} GB/s; device's clock-derived peak "
-          f"{f'{clock_peak:,.0f}' if clock_peak else 'unknown'} GB/s")
+    print(
+        f"  {fk.COMPILED}: {100 * eff / mix:.1f} % of its same-mix stream (y = x * 2); datasheet "
+        f"{f'{sheet:,.0f}' if sheet else 'unknown'} GB/s; device's clock-derived peak "
+        f"{f'{clock_peak:,.0f}' if clock_peak else 'unknown'} GB/s"
+    )
     if clock_peak:
-        nt.claim(max(gbs.values()) <= clock_peak, "no stream and no fused kernel moves its counted bytes faster than "
-                 "the device's clock-derived DRAM peak", f"fastest {max(gbs.values()):,.0f} <= {clock_peak:,.0f} GB/s")
-    s.result = (f"compiled GELU {eff:,.0f} GB/s = {100 * eff / mix:.0f} % of its same-mix stream, "
-                f"{100 * eff / roof:.0f} % of the measured roof ({roof:,.0f} GB/s)"
-                + (f", {100 * eff / sheet:.0f} % of the datasheet" if sheet else ""))
+        nt.claim(
+            max(gbs.values()) <= clock_peak,
+            "no stream and no fused kernel moves its counted bytes faster than "
+            "the device's clock-derived DRAM peak",
+            f"fastest {max(gbs.values()):,.0f} <= {clock_peak:,.0f} GB/s",
+        )
+    s.result = (
+        f"compiled GELU {eff:,.0f} GB/s = {100 * eff / mix:.0f} % of its same-mix stream, "
+        f"{100 * eff / roof:.0f} % of the measured roof ({roof:,.0f} GB/s)"
+        + (f", {100 * eff / sheet:.0f} % of the datasheet" if sheet else "")
+    )
 
 # %% [markdown]
 # Near its same-mix stream, the fused kernel moves its bytes as fast as a plain copy with
@@ -440,18 +570,28 @@ with nt.section("3. How close to the bandwidth roof is the fused kernel?") as s:
 
 # %%
 with nt.section("4. Plot: bytes and time per variant") as s:
-    both = pd.concat([nt.needs(FUSION, section="1", need="ncu-cli"), nt.needs(GELU, section="2", need="ncu-cli")])
+    both = pd.concat(
+        [nt.needs(FUSION, section="1", need="ncu-cli"), nt.needs(GELU, section="2", need="ncu-cli")]
+    )
     fig, (ax_b, ax_t) = plt.subplots(1, 2, figsize=(12, 3.8))
     pos = np.arange(len(both))
-    ax_b.bar(pos - 0.2, both["counted read MB"] + both["counted write MB"], 0.4, label="counted by hand")
+    ax_b.bar(
+        pos - 0.2, both["counted read MB"] + both["counted write MB"], 0.4, label="counted by hand"
+    )
     ax_b.bar(pos + 0.2, both["read MB"] + both["write MB"], 0.4, label="measured (DRAM counters)")
-    ax_b.set_ylabel("MB moved"); ax_b.set_title("DRAM bytes per call"); ax_b.legend(fontsize=8)
+    ax_b.set_ylabel("MB moved")
+    ax_b.set_title("DRAM bytes per call")
+    ax_b.legend(fontsize=8)
     ax_t.bar(pos, both["time us"], 0.5, yerr=both["+/- us"], capsize=4, color="C2")
-    ax_t.set_ylabel("us"); ax_t.set_title("time per call (mean, 95 % CI)")
+    ax_t.set_ylabel("us")
+    ax_t.set_title("time per call (mean, 95 % CI)")
     for ax in (ax_b, ax_t):
-        ax.set_xticks(pos, both.index, fontsize=8, rotation=20, ha="right")  # whole names, slanted: none overlap
+        ax.set_xticks(
+            pos, both.index, fontsize=8, rotation=20, ha="right"
+        )  # whole names, slanted: none overlap
     fig.suptitle(f"Kernel fusion on {ENV.gpu_name}")
-    plt.tight_layout(); plt.show()
+    plt.tight_layout()
+    plt.show()
     s.result = f"plotted {len(both)} variants"
 
 # %% [markdown]
@@ -490,4 +630,4 @@ with nt.section("4. Plot: bytes and time per variant") as s:
 # [`torch.compile`](https://pytorch.org/docs/stable/generated/torch.compile.html).
 
 # %%
-nt.summary();
+nt.summary()

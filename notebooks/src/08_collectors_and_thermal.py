@@ -41,14 +41,16 @@ from scipy import stats
 from nspy_tutorial import evidence
 
 SILENT = nsight.VerbosityLevel.SILENT
-RUNS = 20        # runs per thermal series: run 0, then 19 for the rank tests (more runs: more power, more time)
-IDLE_S = 1.5     # seconds the GPU is left idle before each series (sections 2 and 3)
-HEAT_S = 0.1     # seconds of un-annotated matmuls before each measured one: keeps the GPU under load
+RUNS = 20  # runs per thermal series: run 0, then 19 for the rank tests (more runs: more power, more time)
+IDLE_S = 1.5  # seconds the GPU is left idle before each series (sections 2 and 3)
+HEAT_S = 0.1  # seconds of un-annotated matmuls before each measured one: keeps the GPU under load
 if ENV.has_gpu:
     torch.cuda.init()  # CUDA first: nt.nvml_handle() then finds this process's GPU by its UUID
     pynvml.nvmlInit()
     NVML = nt.nvml_handle()  # not NVML's device 0, which may be another GPU of a shared server
-    LIMIT_W = pynvml.nvmlDeviceGetEnforcedPowerLimit(NVML) / 1000  # the power cap the GPU enforces now
+    LIMIT_W = (
+        pynvml.nvmlDeviceGetEnforcedPowerLimit(NVML) / 1000
+    )  # the power cap the GPU enforces now
     # three n x n fp16 matrices: 8192 -> 384 MiB of the GPU's free memory
     N_HEAT = 8192 if torch.cuda.mem_get_info()[0] >= 2 * 2**30 else 4096
     print(f"heating workload: {N_HEAT}^3 fp16 matmuls, {HEAT_S} s per run, {RUNS} runs per series")
@@ -90,6 +92,7 @@ if ENV.has_gpu:
 # tell a value read once per run from one read once per call. So one more `RUN` collector,
 # `run_start_s`, reads `time.monotonic()`: its value must differ from run to run, and the
 # check that both annotations of a run carry the same `RUN` values can now fail.
+
 
 # %%
 @nsight.experimental.collect(scope=nsight.CollectionScope.ONCE)
@@ -133,16 +136,39 @@ def clock_at_entry_mhz(annotation_name, *config):
     return pynvml.nvmlDeviceGetClockInfo(NVML, pynvml.NVML_CLOCK_SM)
 
 
-SCOPES_DIR = "scopes/"  # output_prefix is a string prefix: a folder (in the work folder) ends with "/"
+SCOPES_DIR = (
+    "scopes/"  # output_prefix is a string prefix: a folder (in the work folder) ends with "/"
+)
 SIZES = [1 << 20, 1 << 24]
 SCOPE_RUNS = 5
-NUMERIC = ["vector_mib", "sm_clock_mhz", "gpu_temp_c", "power_w", "run_start_s", "clock_at_entry_mhz"]
+NUMERIC = [
+    "vector_mib",
+    "sm_clock_mhz",
+    "gpu_temp_c",
+    "power_w",
+    "run_start_s",
+    "clock_at_entry_mhz",
+]
 
 
-@nsight.analyze.kernel(configs=SIZES, runs=SCOPE_RUNS, thermal_mode="off", verbosity=SILENT,
-                       output_prefix=SCOPES_DIR, output_csv=True,
-                       info_collectors=[driver_version, vector_mib, size_label, sm_clock_mhz, gpu_temp_c,
-                                        power_w, run_start_s, clock_at_entry_mhz])
+@nsight.analyze.kernel(
+    configs=SIZES,
+    runs=SCOPE_RUNS,
+    thermal_mode="off",
+    verbosity=SILENT,
+    output_prefix=SCOPES_DIR,
+    output_csv=True,
+    info_collectors=[
+        driver_version,
+        vector_mib,
+        size_label,
+        sm_clock_mhz,
+        gpu_temp_c,
+        power_w,
+        run_start_s,
+        clock_at_entry_mhz,
+    ],
+)
 def scopes(n: int) -> None:
     x = torch.randn(n, device="cuda")
     with nsight.annotate("x * 2"):
@@ -157,39 +183,80 @@ with nt.section("1. Collectors at four scopes: where each value lands") as s:
     pkl.unlink(missing_ok=True)  # so that a pickle found below was written by this call
     df = scopes().to_dataframe()
     raw = pd.read_csv(evidence.newest_output(SCOPES_DIR, "profiled_data", "scopes"))
-    print(f"  {nt.rules(ENV.backend)}\n\n  per-run CSV (one row per annotation x configuration x run; first 6 rows):")
-    print(raw[["Annotation", "n", "Value", "driver_version", "size_label"] + NUMERIC].head(6).to_string(index=False))
+    print(
+        f"  {nt.rules(ENV.backend)}\n\n  per-run CSV (one row per annotation x configuration x run; first 6 rows):"
+    )
+    print(
+        raw[["Annotation", "n", "Value", "driver_version", "size_label"] + NUMERIC]
+        .head(6)
+        .to_string(index=False)
+    )
     has_data = [c for c in NUMERIC if raw[c].notna().any()]
-    print(f"  collectors that raised (nsight-python only warned and stored None): {sorted(set(NUMERIC) - set(has_data))}"
-          "\n\n  to_dataframe(), collector columns:")
+    print(
+        f"  collectors that raised (nsight-python only warned and stored None): {sorted(set(NUMERIC) - set(has_data))}"
+        "\n\n  to_dataframe(), collector columns:"
+    )
     for c in ["driver_version", "size_label"] + has_data:
         print(f"    {c:20s} -> {[k for k in df.columns if k == c or k.startswith(c + '_')]}")
-    nt.claim("driver_version" in df and "size_label" in df,
-             "ONCE and non-numeric values land as one column named after the collector")
-    nt.claim(all({f"{c}_{x}" for x in ("Avg", "Std", "Min", "Max")} <= set(df.columns) and c not in df
-                 for c in has_data),
-             "each numeric CONFIG/RUN/ANNOTATION collector becomes _Avg/_Std/_Min/_Max columns")
-    nt.claim(len(raw) == 2 * len(SIZES) * SCOPE_RUNS, "the per-run CSV has one row per annotation, configuration and run",
-             f"{len(raw)} rows = 2 x {len(SIZES)} x {SCOPE_RUNS}")
+    nt.claim(
+        "driver_version" in df and "size_label" in df,
+        "ONCE and non-numeric values land as one column named after the collector",
+    )
+    nt.claim(
+        all(
+            {f"{c}_{x}" for x in ("Avg", "Std", "Min", "Max")} <= set(df.columns) and c not in df
+            for c in has_data
+        ),
+        "each numeric CONFIG/RUN/ANNOTATION collector becomes _Avg/_Std/_Min/_Max columns",
+    )
+    nt.claim(
+        len(raw) == 2 * len(SIZES) * SCOPE_RUNS,
+        "the per-run CSV has one row per annotation, configuration and run",
+        f"{len(raw)} rows = 2 x {len(SIZES)} x {SCOPE_RUNS}",
+    )
     by_ann = {a: part.reset_index(drop=True) for a, part in raw.groupby("Annotation", sort=False)}
-    run_cols = [c for c in ("sm_clock_mhz", "gpu_temp_c", "power_w", "run_start_s") if c in has_data]
-    nt.claim(by_ann["x * 2"][run_cols].equals(by_ann["x + 1"][run_cols]) and by_ann["x * 2"].run_start_s.is_unique,
-             "a RUN value is read once per run: both annotations of a run carry the same one, a new timestamp each run")
+    run_cols = [
+        c for c in ("sm_clock_mhz", "gpu_temp_c", "power_w", "run_start_s") if c in has_data
+    ]
+    nt.claim(
+        by_ann["x * 2"][run_cols].equals(by_ann["x + 1"][run_cols])
+        and by_ann["x * 2"].run_start_s.is_unique,
+        "a RUN value is read once per run: both annotations of a run carry the same one, a new timestamp each run",
+    )
     g = raw.groupby(["Annotation", "n"], sort=False)
-    mine = pd.concat({f"{c}_{name}": getattr(g[c], fn)() for c in has_data
-                      for name, fn in (("Avg", "mean"), ("Std", "std"), ("Min", "min"), ("Max", "max"))}, axis=1)
+    mine = pd.concat(
+        {
+            f"{c}_{name}": getattr(g[c], fn)()
+            for c in has_data
+            for name, fn in (("Avg", "mean"), ("Std", "std"), ("Min", "min"), ("Max", "max"))
+        },
+        axis=1,
+    )
     theirs = df.set_index(["Annotation", "n"])[mine.columns].loc[mine.index]
-    nt.claim(np.allclose(theirs.to_numpy(float), mine.to_numpy(float), equal_nan=True),
-             "the aggregated columns are the mean, std (n-1), min and max of the per-run CSV's values",
-             f"{len(has_data)} collectors x 4 statistics x {len(mine)} rows")
-    if pkl.exists():  # nsight-python 1.1.0 writes it; 1.1.1 and later pass the values in memory and write none
+    nt.claim(
+        np.allclose(theirs.to_numpy(float), mine.to_numpy(float), equal_nan=True),
+        "the aggregated columns are the mean, std (n-1), min and max of the per-run CSV's values",
+        f"{len(has_data)} collectors x 4 statistics x {len(mine)} rows",
+    )
+    if (
+        pkl.exists()
+    ):  # nsight-python 1.1.0 writes it; 1.1.1 and later pass the values in memory and write none
         info = pd.read_pickle(pkl)
-        print(f"\n  collected_info.pkl: {len(info)} records (one per configuration and run); the first:\n    {info[0]}")
-        nt.claim(len(info) == len(SIZES) * SCOPE_RUNS, "collected_info.pkl has a raw record per configuration and run")
+        print(
+            f"\n  collected_info.pkl: {len(info)} records (one per configuration and run); the first:\n    {info[0]}"
+        )
+        nt.claim(
+            len(info) == len(SIZES) * SCOPE_RUNS,
+            "collected_info.pkl has a raw record per configuration and run",
+        )
     else:
-        print(f"\n  no collected_info.pkl (nsight-python {nsight.__version__}): the values above are the table's")
-    s.result = (f"{len(has_data)} numeric collectors -> 4 columns each; driver {df.driver_version.iloc[0]}; "
-                f"SM clock {int(raw.sm_clock_mhz.min())}-{int(raw.sm_clock_mhz.max())} MHz over {len(raw)} rows")
+        print(
+            f"\n  no collected_info.pkl (nsight-python {nsight.__version__}): the values above are the table's"
+        )
+    s.result = (
+        f"{len(has_data)} numeric collectors -> 4 columns each; driver {df.driver_version.iloc[0]}; "
+        f"SM clock {int(raw.sm_clock_mhz.min())}-{int(raw.sm_clock_mhz.max())} MHz over {len(raw)} rows"
+    )
 
 # %% [markdown]
 # ### Names nsight-python refuses
@@ -202,6 +269,7 @@ with nt.section("1. Collectors at four scopes: where each value lands") as s:
 
 # %%
 with nt.section("1b. Collector names that clash are refused at decoration") as s:
+
     @nsight.experimental.collect(scope=nsight.CollectionScope.RUN)
     def n(*config):  # the same name as the benchmark's parameter
         return 0
@@ -213,9 +281,11 @@ with nt.section("1b. Collector names that clash are refused at decoration") as s
     refused = {}
     for bad in (n, GPU):
         try:
+
             @nsight.analyze.kernel(info_collectors=[bad], thermal_mode="off", verbosity=SILENT)
             def clash(n: int) -> None:
                 pass
+
             refused[bad.__name__] = None
         except nsight.exceptions.ProfilerException as exc:
             refused[bad.__name__] = str(exc)
@@ -257,12 +327,19 @@ with nt.section("1b. Collector names that clash are refused at decoration") as s
 
 # %%
 THERMO = thermovision.ThermalController()  # nsight's own thermal monitor; used here only to read
-THERMO_OK, POOL, OFF, AUTO = False, False, None, None  # set by 2 and 3: headroom readable? auto never paused?
+THERMO_OK, POOL, OFF, AUTO = (
+    False,
+    False,
+    None,
+    None,
+)  # set by 2 and 3: headroom readable? auto never paused?
 
 
 @nsight.experimental.collect(scope=nsight.CollectionScope.RUN)
 def headroom_c(*config):
-    return int(THERMO.device.temperature.margin)  # what thermal_mode="auto" compares with thermal_wait
+    return int(
+        THERMO.device.temperature.margin
+    )  # what thermal_mode="auto" compares with thermal_wait
 
 
 @nsight.experimental.collect(scope=nsight.CollectionScope.ANNOTATION)
@@ -275,9 +352,15 @@ def profile_heated(mode: str) -> dict:
     collectors = [run_start_s, sm_clock_mhz, gpu_temp_c, power_w, clock_at_entry_mhz]
     collectors += [headroom_c, headroom_at_entry_c] if THERMO_OK else []
 
-    @nsight.analyze.kernel(runs=RUNS, thermal_mode=mode, verbosity=SILENT, output_prefix=f"thermal_{mode}/",
-                           output_csv=True, info_collectors=collectors,
-                           combine_kernel_metrics=lambda x, y: x + y)  # if cuBLAS splits the matmul: sum its kernels
+    @nsight.analyze.kernel(
+        runs=RUNS,
+        thermal_mode=mode,
+        verbosity=SILENT,
+        output_prefix=f"thermal_{mode}/",
+        output_csv=True,
+        info_collectors=collectors,
+        combine_kernel_metrics=lambda x, y: x + y,
+    )  # if cuBLAS splits the matmul: sum its kernels
     def heated(n: int) -> None:
         a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
         end = time.perf_counter() + HEAT_S
@@ -302,15 +385,21 @@ def first_sample(raw: pd.DataFrame) -> str:
     if first < 0.9 * rest:
         return f"BELOW the median of the others ({first:.0f} vs {rest:.0f} MHz): the clock of a GPU that had been idle"
     if first > 1.1 * rest:
-        return (f"ABOVE the median of the others ({first:.0f} vs {rest:.0f} MHz): the GPU kept its clock while idle, "
-                "and under this load it settles lower (a power or thermal limit)")
+        return (
+            f"ABOVE the median of the others ({first:.0f} vs {rest:.0f} MHz): the GPU kept its clock while idle, "
+            "and under this load it settles lower (a power or thermal limit)"
+        )
     return f"within 10 % of the median of the others ({first:.0f} vs {rest:.0f} MHz): no idle-clock effect here"
 
 
 def entry_proxy(raw: pd.DataFrame) -> tuple[float, str]:
     """The clock run 0's time implies (time ~ 1/clock, from runs 1+'s medians); is its ANNOTATION sample within 10 %?"""
-    implied = raw.clock_at_entry_mhz.iloc[1:].median() * raw.Value.iloc[1:].median() / raw.Value.iloc[0]
-    return implied, "close" if abs(raw.clock_at_entry_mhz.iloc[0] / implied - 1) <= 0.1 else "weak proxy"
+    implied = (
+        raw.clock_at_entry_mhz.iloc[1:].median() * raw.Value.iloc[1:].median() / raw.Value.iloc[0]
+    )
+    return implied, "close" if abs(
+        raw.clock_at_entry_mhz.iloc[0] / implied - 1
+    ) <= 0.1 else "weak proxy"
 
 
 with nt.section("2. The first RUN sample after an idle GPU") as s:
@@ -319,17 +408,32 @@ with nt.section("2. The first RUN sample after an idle GPU") as s:
     print(f"  nsight's thermal monitor can read the headroom here: {THERMO_OK}")
     OFF = profile_heated("off")
     raw = OFF["raw"]
-    print(f"  {nt.rules(ENV.backend)}\n  (slept {IDLE_S:g} s before the call; {RUNS} runs in {OFF['wall']:.1f} s)\n")
-    print(raw[["sm_clock_mhz", "clock_at_entry_mhz"]].assign(kernel_us=raw.Value / 1e3).head(5).round(1).to_string())
-    nt.claim(len(raw) == RUNS and raw.sm_clock_mhz.notna().all(), "one RUN-scope clock sample per run",
-             f"{raw.sm_clock_mhz.notna().sum()} samples, {RUNS} runs")
+    print(
+        f"  {nt.rules(ENV.backend)}\n  (slept {IDLE_S:g} s before the call; {RUNS} runs in {OFF['wall']:.1f} s)\n"
+    )
+    print(
+        raw[["sm_clock_mhz", "clock_at_entry_mhz"]]
+        .assign(kernel_us=raw.Value / 1e3)
+        .head(5)
+        .round(1)
+        .to_string()
+    )
+    nt.claim(
+        len(raw) == RUNS and raw.sm_clock_mhz.notna().all(),
+        "one RUN-scope clock sample per run",
+        f"{raw.sm_clock_mhz.notna().sum()} samples, {RUNS} runs",
+    )
     t0, t_rest = raw.Value.iloc[0], raw.Value.iloc[1:].median()
     implied, proxy = entry_proxy(raw)
-    print(f"\n  the first RUN sample is {first_sample(raw)}\n  run 0: kernel {t0 / 1e3:,.1f} us vs a median of "
-          f"{t_rest / 1e3:,.1f} us for runs 1-{RUNS - 1} ({t0 / t_rest:.2f}x): {implied:.0f} MHz if time ~ 1/clock; "
-          f"its ANNOTATION sample read {raw.clock_at_entry_mhz.iloc[0]:.0f} MHz: {proxy}")
-    s.result = (f"first RUN sample {first_sample(raw).split(':')[0]}; run 0's kernel {t0 / t_rest:.2f}x the median of "
-                f"the others; its ANNOTATION sample {raw.clock_at_entry_mhz.iloc[0]:.0f} vs {implied:.0f} MHz: {proxy}")
+    print(
+        f"\n  the first RUN sample is {first_sample(raw)}\n  run 0: kernel {t0 / 1e3:,.1f} us vs a median of "
+        f"{t_rest / 1e3:,.1f} us for runs 1-{RUNS - 1} ({t0 / t_rest:.2f}x): {implied:.0f} MHz if time ~ 1/clock; "
+        f"its ANNOTATION sample read {raw.clock_at_entry_mhz.iloc[0]:.0f} MHz: {proxy}"
+    )
+    s.result = (
+        f"first RUN sample {first_sample(raw).split(':')[0]}; run 0's kernel {t0 / t_rest:.2f}x the median of "
+        f"the others; its ANNOTATION sample {raw.clock_at_entry_mhz.iloc[0]:.0f} vs {implied:.0f} MHz: {proxy}"
+    )
 
 # %% [markdown]
 # ## 3. `thermal_mode="off"` against `"auto"` (the default)
@@ -365,6 +469,7 @@ with nt.section("2. The first RUN sample after an idle GPU") as s:
 # sample can sit a little *above* the cap without anything being wrong. The result line says so
 # where one does.
 
+
 # %%
 def robust_spread_pct(values) -> float:
     """1.4826 x MAD / median, in %: the standard deviation of a normal sample, without the pull of outliers."""
@@ -374,55 +479,109 @@ def robust_spread_pct(values) -> float:
 
 def summarise(run: dict) -> dict:
     raw = run["raw"]
-    out = {"mode": run["mode"], "median_us": raw.Value.median() / 1e3, "RSD_%": run["df"].RelativeStdDevPct.iloc[0],
-           "robust_%": robust_spread_pct(raw.Value), "wall_s": run["wall"]}
-    for name, c in (("temp_C", "gpu_temp_c"), ("clock_MHz", "clock_at_entry_mhz"), ("power_W", "power_w")):
+    out = {
+        "mode": run["mode"],
+        "median_us": raw.Value.median() / 1e3,
+        "RSD_%": run["df"].RelativeStdDevPct.iloc[0],
+        "robust_%": robust_spread_pct(raw.Value),
+        "wall_s": run["wall"],
+    }
+    for name, c in (
+        ("temp_C", "gpu_temp_c"),
+        ("clock_MHz", "clock_at_entry_mhz"),
+        ("power_W", "power_w"),
+    ):
         out[name] = f"{raw[c].min():.0f}-{raw[c].max():.0f}"
     out["top_power_%_of_cap"] = 100 * raw.power_w.max() / LIMIT_W
     if "headroom_c" in raw:
-        out["headroom_C"] = f"{int(min(raw.headroom_c.min(), raw.headroom_at_entry_c.min()))}-{int(raw.headroom_c.max())}"
+        out["headroom_C"] = (
+            f"{int(min(raw.headroom_c.min(), raw.headroom_at_entry_c.min()))}-{int(raw.headroom_c.max())}"
+        )
     return out
 
 
 def pause_evidence(run: dict, wait: int) -> tuple[int, int, str]:
     """(lowest headroom just before one of nsight's checks, gaps long enough for a pause, verdict in words)."""
     raw = run["raw"]
-    lowest = int(np.nanmin([run["headroom_before"]] + list(raw.headroom_at_entry_c.iloc[:-1])))  # just before each check
+    lowest = int(
+        np.nanmin([run["headroom_before"]] + list(raw.headroom_at_entry_c.iloc[:-1]))
+    )  # just before each check
     gaps = np.diff(raw.run_start_s.to_numpy(float))
-    long = int((gaps > np.median(gaps) + 0.4).sum())  # a pause sleeps at least 0.5 s on top of a run
+    long = int(
+        (gaps > np.median(gaps) + 0.4).sum()
+    )  # a pause sleeps at least 0.5 s on top of a run
     if lowest > wait:
-        verdict = (f"auto never paused: the headroom before nsight's checks never went below {lowest} °C, above its "
-                   f"thermal_wait of {wait} °C; the two rows differ by run-to-run variation, not by thermal control")
-        return lowest, long, verdict + (f" ({long} long gap(s) between runs came from something else)" if long else "")
-    return lowest, long, (f"auto had reason to pause: the headroom came down to {lowest} °C (thermal_wait {wait} °C); "
-                          f"{long} gap(s) between run starts long enough to hold a cooling pause")
+        verdict = (
+            f"auto never paused: the headroom before nsight's checks never went below {lowest} °C, above its "
+            f"thermal_wait of {wait} °C; the two rows differ by run-to-run variation, not by thermal control"
+        )
+        return (
+            lowest,
+            long,
+            verdict
+            + (f" ({long} long gap(s) between runs came from something else)" if long else ""),
+        )
+    return (
+        lowest,
+        long,
+        (
+            f"auto had reason to pause: the headroom came down to {lowest} °C (thermal_wait {wait} °C); "
+            f"{long} gap(s) between run starts long enough to hold a cooling pause"
+        ),
+    )
 
 
 with nt.section("3. thermal_mode off vs auto: spread, wall time, headroom") as s:
     ENV.require("profiler")
     if OFF is None:
-        raise nt.Skip("section 2 did not run, so there is no thermal_mode='off' series to compare with",
-                      "run section 2 first (see its SKIPPED reason)", needs="profiler")
+        raise nt.Skip(
+            "section 2 did not run, so there is no thermal_mode='off' series to compare with",
+            "run section 2 first (see its SKIPPED reason)",
+            needs="profiler",
+        )
     wait, cont = THERMO.thermal_wait, THERMO.thermal_cont
-    nt.claim((wait, cont) == (10, 20), "nsight's defaults: pause at 10 C of headroom, resume at 20 C", f"{wait}/{cont}")
+    nt.claim(
+        (wait, cont) == (10, 20),
+        "nsight's defaults: pause at 10 C of headroom, resume at 20 C",
+        f"{wait}/{cont}",
+    )
     AUTO = profile_heated("auto")
-    print(f"  {nt.rules(ENV.backend)}; power cap the GPU enforces: {LIMIT_W:.0f} W (nvmlDeviceGetEnforcedPowerLimit)\n")
+    print(
+        f"  {nt.rules(ENV.backend)}; power cap the GPU enforces: {LIMIT_W:.0f} W (nvmlDeviceGetEnforcedPowerLimit)\n"
+    )
     table = pd.DataFrame([summarise(OFF), summarise(AUTO)])
     print(table.to_string(index=False, float_format=lambda x: f"{x:,.2f}"))
     if THERMO_OK:
         lowest, long, verdict = pause_evidence(AUTO, wait)
-        short = "auto never paused" if lowest > wait else f"auto could pause (headroom {lowest} C, {long} long gaps)"
+        short = (
+            "auto never paused"
+            if lowest > wait
+            else f"auto could pause (headroom {lowest} C, {long} long gaps)"
+        )
     else:
-        verdict = short = "no headroom reading here: nsight switched thermal control off, so auto ran as off"
+        verdict = short = (
+            "no headroom reading here: nsight switched thermal control off, so auto ran as off"
+        )
     POOL = not THERMO_OK or lowest > wait
-    print(f"\n  {verdict}\n  wall time: auto {AUTO['wall']:.1f} s vs off {OFF['wall']:.1f} s "
-          f"({AUTO['wall'] - OFF['wall']:+.1f} s); temperature at the first run: off "
-          f"{int(OFF['raw'].gpu_temp_c.iloc[0])} C, auto {int(AUTO['raw'].gpu_temp_c.iloc[0])} C")
-    top = table["top_power_%_of_cap"].max()  # NVML enforces the cap on an average over a window, not on each sample
-    s.result = (f"RSD off {table['RSD_%'].iloc[0]:.2f}% / auto {table['RSD_%'].iloc[1]:.2f}%, robust "
-                f"{table['robust_%'].iloc[0]:.2f}% / {table['robust_%'].iloc[1]:.2f}%; {short}; power up to {top:.1f}% of "
-                "the enforced limit" + (", a sample above it: the limit holds for an average over a window, so single "
-                                        "samples can overshoot" if top > 100 else ""))
+    print(
+        f"\n  {verdict}\n  wall time: auto {AUTO['wall']:.1f} s vs off {OFF['wall']:.1f} s "
+        f"({AUTO['wall'] - OFF['wall']:+.1f} s); temperature at the first run: off "
+        f"{int(OFF['raw'].gpu_temp_c.iloc[0])} C, auto {int(AUTO['raw'].gpu_temp_c.iloc[0])} C"
+    )
+    top = table[
+        "top_power_%_of_cap"
+    ].max()  # NVML enforces the cap on an average over a window, not on each sample
+    s.result = (
+        f"RSD off {table['RSD_%'].iloc[0]:.2f}% / auto {table['RSD_%'].iloc[1]:.2f}%, robust "
+        f"{table['robust_%'].iloc[0]:.2f}% / {table['robust_%'].iloc[1]:.2f}%; {short}; power up to {top:.1f}% of "
+        "the enforced limit"
+        + (
+            ", a sample above it: the limit holds for an average over a window, so single "
+            "samples can overshoot"
+            if top > 100
+            else ""
+        )
+    )
 
 # %% [markdown]
 # ## 4. Does kernel time follow the SM clock or the temperature?
@@ -465,16 +624,21 @@ with nt.section("3. thermal_mode off vs auto: spread, wall time, headroom") as s
 # well turn over; the result line prints each adjusted p. No hit is not proof of no relation, only that these runs
 # cannot show one.
 
+
 # %%
 def partial_rank_correlation(series: dict, other: str) -> tuple[float, float]:
     """Spearman's rho of kernel time and `other`, runs 1+ of each series of one experiment, a line in the run index removed
     from the ranks within each series (for `other` "run", the trend itself: only each series' mean); two-sided p
     (Student's t, n - 1 - 2 dof per series, n - 1 - 1 for the trend: n - 3 and n - 2 for one series)."""
+
     def detrended(raw, column):
         run = np.arange(1, len(raw), dtype=float)
         ranks = stats.rankdata(run if column == "run" else raw[column].iloc[1:])
         return ranks - np.polyval(np.polyfit(run, ranks, int(other != "run")), run)
-    rx, ry = (np.concatenate([detrended(raw, c) for raw in series.values()]) for c in ("Value", other))
+
+    rx, ry = (
+        np.concatenate([detrended(raw, c) for raw in series.values()]) for c in ("Value", other)
+    )
     if np.ptp(rx) < 1e-9 or np.ptp(ry) < 1e-9:
         return float("nan"), float("nan")  # a constant series: no correlation to speak of
     r, dof = float(np.corrcoef(rx, ry)[0, 1]), len(rx) - 1 - (1 + (other != "run")) * len(series)
@@ -493,40 +657,65 @@ def correlation_table(series: dict, pool: bool = False) -> pd.DataFrame:
     """Runs 1+: the warm-up trend (time vs run index), then time vs clock and vs temperature with the trend removed, per
     series or, with `pool`, once over all (one experiment done several times); Holm; verdict: rho's sign, or not
     distinguishable; 'on the line' where the adjusted p is within a factor of 5 of 0.05 (0.01 to 0.25)."""
-    rows = [("+".join(group), "time vs run index (trend)" if other == "run" else f"time vs {other}, trend removed",
-             *partial_rank_correlation(group, other), sum(len(raw) - 1 for raw in group.values()))
-            for group in ([series] if pool else [{mode: raw} for mode, raw in series.items()])
-            for other in ("run", "clock_at_entry_mhz", "gpu_temp_c")]
+    rows = [
+        (
+            "+".join(group),
+            "time vs run index (trend)" if other == "run" else f"time vs {other}, trend removed",
+            *partial_rank_correlation(group, other),
+            sum(len(raw) - 1 for raw in group.values()),
+        )
+        for group in ([series] if pool else [{mode: raw} for mode, raw in series.items()])
+        for other in ("run", "clock_at_entry_mhz", "gpu_temp_c")
+    ]
     table = pd.DataFrame(rows, columns=["series", "test", "rho", "p", "n"])
     tested = table.p.notna()
     table.loc[tested, "p_holm"] = holm(table.p[tested])
-    return table.assign(verdict=[(("negative" if r < 0 else "positive") if p < 0.05 else "not distinguishable")
-                                 + (", on the line" if 0.01 <= p <= 0.25 else "") for r, p in zip(table.rho, table.p_holm)])
+    return table.assign(
+        verdict=[
+            (("negative" if r < 0 else "positive") if p < 0.05 else "not distinguishable")
+            + (", on the line" if 0.01 <= p <= 0.25 else "")
+            for r, p in zip(table.rho, table.p_holm)
+        ]
+    )
 
 
 with nt.section("4. Plot: time, SM clock and temperature per run; rank correlations") as s:
     ENV.require("profiler")
     series = {run["mode"]: run["raw"] for run in (OFF, AUTO) if run is not None}
     if not series:
-        raise nt.Skip("sections 2 and 3 produced no series", "run sections 2 and 3 first", needs="profiler")
+        raise nt.Skip(
+            "sections 2 and 3 produced no series", "run sections 2 and 3 first", needs="profiler"
+        )
     fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
     for i, (mode, raw) in enumerate(series.items()):
         axes[0].plot(raw.Value / 1e3, "o-", ms=3, color=f"C{i}", label=f"thermal_mode={mode!r}")
-        axes[1].plot(raw.clock_at_entry_mhz, "o-", ms=3, color=f"C{i}", label=f"{mode}: at annotation entry")
+        axes[1].plot(
+            raw.clock_at_entry_mhz, "o-", ms=3, color=f"C{i}", label=f"{mode}: at annotation entry"
+        )
         axes[1].plot(raw.sm_clock_mhz, "x", ms=5, color=f"C{i}", label=f"{mode}: RUN sample")
         axes[2].plot(raw.gpu_temp_c, "o-", ms=3, color=f"C{i}", label=mode)
     for ax, label in zip(axes, ("kernel time (us)", "SM clock (MHz)", "GPU temperature (C)")):
         ax.set(ylabel=label), ax.legend(fontsize=7)
-    axes[0].set_title(f"{N_HEAT}^3 fp16 matmul after {HEAT_S} s of load per run ({ENV.backend} backend)")
+    axes[0].set_title(
+        f"{N_HEAT}^3 fp16 matmul after {HEAT_S} s of load per run ({ENV.backend} backend)"
+    )
     axes[2].set_xlabel("run"), plt.tight_layout()
-    corr = correlation_table(series, pool=POOL and len(series) == 2)  # POOL: auto never paused (section 3)
-    pooled = "off and auto pooled, as auto never paused" if POOL and len(series) == 2 else "per series"
+    corr = correlation_table(
+        series, pool=POOL and len(series) == 2
+    )  # POOL: auto never paused (section 3)
+    pooled = (
+        "off and auto pooled, as auto never paused" if POOL and len(series) == 2 else "per series"
+    )
     m = int(corr.p.notna().sum())
-    print(f"  {nt.rules(ENV.backend)}\n  Spearman rank correlations, run 0 left out, {pooled}; p Holm-adjusted over the "
-          f"table:\n{corr.to_string(index=False, float_format='{:.2g}'.format)}\n  with no relation at all, {m} tests "
-          f"at 5 % each show a false hit with chance 1 - 0.95^{m} = {1 - 0.95**m:.0%}")
-    s.result = f"{pooled}: " + "; ".join(f"{r.series} {r.test.split(',')[0]}: {r.verdict} (rho {r.rho:+.2f}, p_holm {r.p_holm:.2g})"
-                                         for r in corr[corr.test.str.endswith("removed")].itertuples())
+    print(
+        f"  {nt.rules(ENV.backend)}\n  Spearman rank correlations, run 0 left out, {pooled}; p Holm-adjusted over the "
+        f"table:\n{corr.to_string(index=False, float_format='{:.2g}'.format)}\n  with no relation at all, {m} tests "
+        f"at 5 % each show a false hit with chance 1 - 0.95^{m} = {1 - 0.95**m:.0%}"
+    )
+    s.result = f"{pooled}: " + "; ".join(
+        f"{r.series} {r.test.split(',')[0]}: {r.verdict} (rho {r.rho:+.2f}, p_holm {r.p_holm:.2g})"
+        for r in corr[corr.test.str.endswith("removed")].itertuples()
+    )
 
 # %% [markdown]
 # ## Takeaways
@@ -567,4 +756,4 @@ with nt.section("4. Plot: time, SM clock and temperature per run; rank correlati
 # [collection/core.py](https://github.com/NVIDIA/nsight-python/blob/main/nsight/collection/core.py).
 
 # %%
-nt.summary();
+nt.summary()

@@ -64,13 +64,17 @@ import inspect
 import os
 import sys
 
-if __name__ == "__main__" and sys.argv[1:2] == ["cupti"]:  # the CUPTI child: these steps, in this order
-    os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"            # 1. import nsight without loading Nsight Compute
+if __name__ == "__main__" and sys.argv[1:2] == [
+    "cupti"
+]:  # the CUPTI child: these steps, in this order
+    os.environ["NSPY_NCU_INIT_AT_IMPORT"] = "0"  # 1. import nsight without loading Nsight Compute
     from nspy_tutorial import backend
+
     LIBCUPTI = backend.find_cupti_library()
-    backend.preload_cupti(LIBCUPTI)                        # 2. libcupti 13.4+ by path, before torch's own
+    backend.preload_cupti(LIBCUPTI)  # 2. libcupti 13.4+ by path, before torch's own
     import nsight
-    nsight.activate(nsight.Tool.CUPTI)                     # 3. the CUPTI backend
+
+    nsight.activate(nsight.Tool.CUPTI)  # 3. the CUPTI backend
 import json
 from time import perf_counter
 
@@ -85,7 +89,10 @@ CLOCKS = []  # (annotation, CUDA-event ns, wall ns) of every launch workload() m
 
 def inputs():  # fresh inputs for each operation: the 16K add, then the matmuls
     shapes = [("add", (N_ADD,))] + [(f"matmul {n}", (n, n)) for n in SIZES]
-    return [(name, torch.randn(shape, device="cuda"), torch.randn(shape, device="cuda")) for name, shape in shapes]
+    return [
+        (name, torch.randn(shape, device="cuda"), torch.randn(shape, device="cuda"))
+        for name, shape in shapes
+    ]
 
 
 def warm_up():
@@ -120,15 +127,18 @@ def cupti_workload():
     """The workload under the CUPTI backend: nsight-python's table and the events of the same launches."""
     warm_up()
     CLOCKS.clear()
-    table = nsight.analyze.kernel(runs=RUNS, combine_kernel_metrics=per_run, thermal_mode="off",
-                                  verbosity=SILENT)(workload)().to_dataframe()
+    table = nsight.analyze.kernel(
+        runs=RUNS, combine_kernel_metrics=per_run, thermal_mode="off", verbosity=SILENT
+    )(workload)().to_dataframe()
     return {"table": table, "events": list(CLOCKS)}
 
 
 def region(n, what):
     x, y = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
     with nsight.annotate(what):
-        _ = x + x if what == "add" else y.copy_(x)  # copy_ between float32 tensors: a memcpy, not a kernel
+        _ = (
+            x + x if what == "add" else y.copy_(x)
+        )  # copy_ between float32 tensors: a memcpy, not a kernel
 
 
 def raised(call, kind):  # the message of the `kind` exception call() raises, or None
@@ -142,22 +152,31 @@ def measured(call, annotations):
     """call()'s table, or a LookupError naming the annotations without a row, whichever way nsight-python said so."""
     try:
         df, said = call().to_dataframe(), "a table without them"
-    except RuntimeError as exc:  # no table at all: nsight's own error only (where it was raised); CUDA's propagates
+    except (
+        RuntimeError
+    ) as exc:  # no table at all: nsight's own error only (where it was raised); CUDA's propagates
         if not inspect.trace()[-1].frame.f_globals.get("__name__", "").startswith("nsight"):
             raise
         df, said = {}, f"RuntimeError: {exc}"
     missing = [a for a in annotations if a not in set(df.get("Annotation", []))]
     if missing:
-        raise LookupError(f"no row for {missing} (nsight-python gave {said}): no kernel there? A memcpy is not one")
+        raise LookupError(
+            f"no row for {missing} (nsight-python gave {said}): no kernel there? A memcpy is not one"
+        )
     return df
 
 
 def cupti_limits():
     """Three things the CUPTI backend (the active tool) cannot do, each tried; plain values back."""
-    counter = nsight.analyze.kernel(runs=1, metrics=["dram__bytes_read.sum"], thermal_mode="off", verbosity=SILENT)
-    found = {"counter_error": raised(lambda: counter(region)(N_ADD, "add"), ValueError), "x2_us": {}}  # 1. a counter
+    counter = nsight.analyze.kernel(
+        runs=1, metrics=["dram__bytes_read.sum"], thermal_mode="off", verbosity=SILENT
+    )
+    found = {
+        "counter_error": raised(lambda: counter(region)(N_ADD, "add"), ValueError),
+        "x2_us": {},
+    }  # 1. a counter
     n = torch.cuda.get_device_properties(0).L2_cache_size // 16  # float32 x: a quarter of the L2
-    scratch = torch.empty(8 * n, device="cuda")                  # twice the L2: filling it evicts x
+    scratch = torch.empty(8 * n, device="cuda")  # twice the L2: filling it evicts x
 
     def scale(n, flush):
         x = torch.randn(n, device="cuda")
@@ -165,12 +184,20 @@ def cupti_limits():
             scratch.fill_(1.0)  # 2. a flush by hand, outside the annotation
         with nsight.annotate("x * 2"):
             _ = x * 2.0
+
     for cache, clock in (("all", "none"), ("none", "none"), ("all", "base")):
-        df = nsight.analyze.kernel(runs=10, cache_control=cache, clock_control=clock, thermal_mode="off",
-                                   verbosity=SILENT)(scale)(configs=[(n, False), (n, True)]).to_dataframe()
-        found["x2_us"][f"{cache}/{clock}"] = list(df.MinValue / 1e3)  # fastest run: [warm, flushed by hand]
-    copy = nsight.analyze.kernel(runs=3, thermal_mode="off", verbosity=SILENT)(region)  # 3. a region with no kernel
-    return found | {"copy_error": raised(lambda: measured(lambda: copy(N_ADD, "copy"), ["copy"]), LookupError)}
+        df = nsight.analyze.kernel(
+            runs=10, cache_control=cache, clock_control=clock, thermal_mode="off", verbosity=SILENT
+        )(scale)(configs=[(n, False), (n, True)]).to_dataframe()
+        found["x2_us"][f"{cache}/{clock}"] = list(
+            df.MinValue / 1e3
+        )  # fastest run: [warm, flushed by hand]
+    copy = nsight.analyze.kernel(runs=3, thermal_mode="off", verbosity=SILENT)(
+        region
+    )  # 3. a region with no kernel
+    return found | {
+        "copy_error": raised(lambda: measured(lambda: copy(N_ADD, "copy"), ["copy"]), LookupError)
+    }
 
 
 def profiler_events(n=SIZES[0]):
@@ -184,19 +211,37 @@ def profiler_events(n=SIZES[0]):
 
 def profiler_beside_cupti():
     """torch.profiler while nsight's CUPTI backend is active; then nsight-python once more (None: it measured the add)."""
-    seen, add = profiler_events(), nsight.analyze.kernel(runs=3, thermal_mode="off", verbosity=SILENT)(region)
-    return {"cuda_events": seen, "nsight_after": raised(lambda: measured(lambda: add(N_ADD, "add"), ["add"]), LookupError)}
+    seen, add = (
+        profiler_events(),
+        nsight.analyze.kernel(runs=3, thermal_mode="off", verbosity=SILENT)(region),
+    )
+    return {
+        "cuda_events": seen,
+        "nsight_after": raised(lambda: measured(lambda: add(N_ADD, "add"), ["add"]), LookupError),
+    }
 
 
 if __name__ == "__main__":
     from nspy_tutorial import ncu_cli
-    warm_up()                     # as before the in-process measurements: cuBLAS's first-call setup outside
-    if sys.argv[1] == "cupti":    # a CUPTI-side measurement; its result (tables included) as one JSON line
+
+    warm_up()  # as before the in-process measurements: cuBLAS's first-call setup outside
+    if (
+        sys.argv[1] == "cupti"
+    ):  # a CUPTI-side measurement; its result (tables included) as one JSON line
         found = {**globals()[sys.argv[2]](), "libcupti": LIBCUPTI.path}
-        print("NSPY_RESULT " + json.dumps(found, default=lambda df: json.loads(df.to_json(orient="split", index=False))))
-    else:                         # the ncu command line (configs x runs, as nsight-python), or "plain": no profiler
-        ncu_cli.replay(globals(), ["workload", "[[]]", str(RUNS)] if sys.argv[1] == "plain" else None)
-        if sys.argv[1] == "plain":  # the clocks of those runs, then torch.profiler with CUPTI to itself
+        print(
+            "NSPY_RESULT "
+            + json.dumps(
+                found, default=lambda df: json.loads(df.to_json(orient="split", index=False))
+            )
+        )
+    else:  # the ncu command line (configs x runs, as nsight-python), or "plain": no profiler
+        ncu_cli.replay(
+            globals(), ["workload", "[[]]", str(RUNS)] if sys.argv[1] == "plain" else None
+        )
+        if (
+            sys.argv[1] == "plain"
+        ):  # the clocks of those runs, then torch.profiler with CUPTI to itself
             print("NSPY_RESULT " + json.dumps({"events": CLOCKS, "cuda_events": profiler_events()}))
 
 # %%
@@ -213,9 +258,13 @@ from torch.version import cuda as TORCH_CUDA
 from nspy_tutorial import backend, lifetime, ncu_cli
 
 TIME, CLOCK = "gpu__time_duration.sum", "gpc__cycles_elapsed.avg.per_second"
-CUPTI_INSTALL = backend.cupti_install_command()  # the pinned cupti-python and libcupti 13.4, in a folder of their own
+CUPTI_INSTALL = (
+    backend.cupti_install_command()
+)  # the pinned cupti-python and libcupti 13.4, in a folder of their own
 CUPTI_REMEDY = f"`pip install 'nspy-tutorial[cupti]'`, or for the child only: `{ncu_cli.command_text(CUPTI_INSTALL)}`"
-CUPTI = NCU = PLAIN = None  # sections 1, 2 and 4 set them: each tool's measurement, and one with no profiler
+CUPTI = NCU = PLAIN = (
+    None  # sections 1, 2 and 4 set them: each tool's measurement, and one with no profiler
+)
 
 
 def cupti_child(function: str) -> dict:
@@ -226,10 +275,16 @@ def cupti_child(function: str) -> dict:
             code, output = lifetime.run(CUPTI_INSTALL, dict(os.environ), 600)
             if code:
                 raise nt.Skip(f"pip failed: {output.strip()[-200:]}", CUPTI_REMEDY, needs="cupti")
-        if problem := backend.use_cupti_target()[1]:  # else on this process's path and its children's
-            raise nt.Skip(f"CUPTI cannot run in a child process here: {problem}", CUPTI_REMEDY, needs="cupti")
+        if problem := backend.use_cupti_target()[
+            1
+        ]:  # else on this process's path and its children's
+            raise nt.Skip(
+                f"CUPTI cannot run in a child process here: {problem}", CUPTI_REMEDY, needs="cupti"
+            )
     found = ncu_cli.run_json("cupti_ncu_kernels.py", ["cupti", function], timeout=300)
-    print(f"  CUPTI child: NSPY_NCU_INIT_AT_IMPORT=0, preloaded {found['libcupti']}, then nsight, CUPTI, torch")
+    print(
+        f"  CUPTI child: NSPY_NCU_INIT_AT_IMPORT=0, preloaded {found['libcupti']}, then nsight, CUPTI, torch"
+    )
     return found | {"table": pd.DataFrame(**found["table"])} if "table" in found else found
 
 
@@ -239,8 +294,11 @@ def torch_cupti(torch_cuda: str | None) -> tuple[bool | None, str]:
         return None, "this torch is built without CUDA: it loads no libcupti"
     major, needed = int(torch_cuda.split(".")[0]), backend.MIN_CUPTI_VERSION[0]
     return major == needed, f"torch (CUDA {torch_cuda}) asks for libcupti.so.{major}: " + (
-        "the preloaded 13.4+ copy has that name and serves torch too -- one libcupti in the process" if major == needed
-        else f"not libcupti.so.{needed}, so the preload cannot stand in -- two libcupti in one process")
+        "the preloaded 13.4+ copy has that name and serves torch too -- one libcupti in the process"
+        if major == needed
+        else f"not libcupti.so.{needed}, so the preload cannot stand in -- two libcupti in one process"
+    )
+
 
 # %% [markdown]
 # ## 0. Who measures what on this machine
@@ -269,13 +327,22 @@ with nt.section("0. Who measures what on this machine") as s:
 # runs; `cupti_workload()` in the file does the measuring either way. The seconds printed after
 # `[OK]` are what the answer cost (with a child: its start-up too); compare them with section 2's.
 
+
 # %%
 def times(table: pd.DataFrame, metric: str = TIME) -> pd.DataFrame:
     """One row per annotation: mean and SD (us for a time, MHz for a clock), runs, kernels per run."""
     rows = table[table.Metric == metric].set_index("Annotation")
-    unit = rows.Unit.map(lambda u: ncu_cli.to_base_units(1.0, u)) * (1e6 if metric == TIME else 1e-6)
-    return pd.DataFrame({"mean": rows.AvgValue * unit, "sd": rows.StdDev * unit, "runs": rows.NumRuns,
-                         "kernels": rows.Kernel.str.count(r"\|") + 1})
+    unit = rows.Unit.map(lambda u: ncu_cli.to_base_units(1.0, u)) * (
+        1e6 if metric == TIME else 1e-6
+    )
+    return pd.DataFrame(
+        {
+            "mean": rows.AvgValue * unit,
+            "sd": rows.StdDev * unit,
+            "runs": rows.NumRuns,
+            "kernels": rows.Kernel.str.count(r"\|") + 1,
+        }
+    )
 
 
 with nt.section("1. CUPTI times the workload") as s:
@@ -298,7 +365,13 @@ with nt.section("1. CUPTI times the workload") as s:
 # every kernel, and section 3's Welch intervals say whether three were enough to tell.
 
 # %%
-NCU_SETTINGS = dict(runs=3, metrics=[TIME, CLOCK], combine_kernel_metrics=ck.per_run, thermal_mode="off", verbosity=ck.SILENT)
+NCU_SETTINGS = dict(
+    runs=3,
+    metrics=[TIME, CLOCK],
+    combine_kernel_metrics=ck.per_run,
+    thermal_mode="off",
+    verbosity=ck.SILENT,
+)
 
 with nt.section("2. Nsight Compute times the same workload, flushed and not") as s:
     ENV.require("profiler")
@@ -306,14 +379,25 @@ with nt.section("2. Nsight Compute times the same workload, flushed and not") as
     for cache in ("all", "none"):
         if source == "ncu":  # nsight-python's Nsight Compute backend, in this process
             ck.warm_up()
-            tables[cache] = nsight.analyze.kernel(cache_control=cache, **NCU_SETTINGS)(ck.workload)().to_dataframe()
-        else:                # an older ncu: the ncu command line on the same file, one run per setting
+            tables[cache] = nsight.analyze.kernel(cache_control=cache, **NCU_SETTINGS)(
+                ck.workload
+            )().to_dataframe()
+        else:  # an older ncu: the ncu command line on the same file, one run per setting
             ENV.require("ncu-cli")
-            tables[cache] = ncu_cli.nsight_table("cupti_ncu_kernels.py", ck.workload, ncu=ENV.ncu_path, configs=[()],
-                                                 cache_control=cache, report=f"workload-{cache}.ncu-rep", **NCU_SETTINGS)
+            tables[cache] = ncu_cli.nsight_table(
+                "cupti_ncu_kernels.py",
+                ck.workload,
+                ncu=ENV.ncu_path,
+                configs=[()],
+                cache_control=cache,
+                report=f"workload-{cache}.ncu-rep",
+                **NCU_SETTINGS,
+            )
         print(f"  {nt.rules(source, cache_control=cache, clock_control='none')}")
     NCU = tables
-    s.result = f"Nsight Compute ({source}): cache_control all and none, {NCU_SETTINGS['runs']} runs each"
+    s.result = (
+        f"Nsight Compute ({source}): cache_control all and none, {NCU_SETTINGS['runs']} runs each"
+    )
 
 # %% [markdown]
 # ## 3. Side by side, and a plot: how much longer, and why
@@ -359,19 +443,28 @@ with nt.section("2. Nsight Compute times the same workload, flushed and not") as
 #
 # A long matmul should barely notice either: there the tools should agree within 5 %.
 
+
 # %%
 def welch(a, b):
     """mean(b) - mean(a) and its Welch 95 % half-width, from means, SDs and runs (one row or whole columns)."""
     va, vb = a["sd"] ** 2 / a["runs"], b["sd"] ** 2 / b["runs"]
     dof = (va + vb) ** 2 / (va**2 / (a["runs"] - 1) + vb**2 / (b["runs"] - 1))
-    return b["mean"] - a["mean"], np.nan_to_num(stats.t.ppf(0.975, dof) * np.sqrt(va + vb))  # no spread: 0
+    return b["mean"] - a["mean"], np.nan_to_num(
+        stats.t.ppf(0.975, dof) * np.sqrt(va + vb)
+    )  # no spread: 0
 
 
 def reading(r) -> str:
     """One kernel's row of compare() in words: the flush (where its interval excludes 0), then the unflushed verdict."""
-    said = [f"unflushed {r['none-CUPTI']:+.1f} % = {r['us/kernel']:+.2f} us per kernel: {r['unflushed']}"]
+    said = [
+        f"unflushed {r['none-CUPTI']:+.1f} % = {r['us/kernel']:+.2f} us per kernel: {r['unflushed']}"
+    ]
     if abs(r["all-none"]) > r["all-none ±"]:
-        said.insert(0, f"flush {r['all-none']:+.1f} %" + (" (also between its kernels)" if r["kernels"] > 1 else ""))
+        said.insert(
+            0,
+            f"flush {r['all-none']:+.1f} %"
+            + (" (also between its kernels)" if r["kernels"] > 1 else ""),
+        )
     return "; ".join(said)
 
 
@@ -379,26 +472,52 @@ def compare(cupti: pd.DataFrame, ncu: dict) -> pd.DataFrame:
     """Per kernel: means (us), clocks (MHz), Welch differences in % of CUPTI (the unflushed also in us), verdicts."""
     c = times(cupti)
     a, n = times(ncu["all"]).loc[c.index], times(ncu["none"]).loc[c.index]
-    out = pd.DataFrame({"kernels": c.kernels, "CUPTI us": c["mean"], "all us": a["mean"], "none us": n["mean"],
-                        "clock all MHz": times(ncu["all"], CLOCK)["mean"], "clock none MHz": times(ncu["none"], CLOCK)["mean"],
-                        "max MHz": ncu["all"].ComputeClock.iloc[0] / 1e3})
+    out = pd.DataFrame(
+        {
+            "kernels": c.kernels,
+            "CUPTI us": c["mean"],
+            "all us": a["mean"],
+            "none us": n["mean"],
+            "clock all MHz": times(ncu["all"], CLOCK)["mean"],
+            "clock none MHz": times(ncu["none"], CLOCK)["mean"],
+            "max MHz": ncu["all"].ComputeClock.iloc[0] / 1e3,
+        }
+    )
     for name, x, y in (("all-CUPTI", c, a), ("all-none", n, a), ("none-CUPTI", c, n)):
         d, half = welch(x, y)
         out[name], out[name + " ±"] = 100 * d / c["mean"], 100 * half / c["mean"]
-    bound = c["mean"] * (out["max MHz"] / out["clock none MHz"] - 1)  # us: the most the clock can add
-    out["us/kernel"], out["clock bound us"] = d / c.kernels, bound  # d, half: the unflushed difference, in us
+    bound = c["mean"] * (
+        out["max MHz"] / out["clock none MHz"] - 1
+    )  # us: the most the clock can add
+    out["us/kernel"], out["clock bound us"] = (
+        d / c.kernels,
+        bound,
+    )  # d, half: the unflushed difference, in us
     out["fixed us"], fits = fixed_overhead(d, half, c.kernels, bound)
-    out["unflushed"] = np.select([fits, abs(d) <= half, d + half < 0, d - half <= bound],
-                                 ["fits the per-kernel overhead", "no difference detected", "faster than CUPTI",
-                                  "the clock can account for it"], "more than the clock can explain")
+    out["unflushed"] = np.select(
+        [fits, abs(d) <= half, d + half < 0, d - half <= bound],
+        [
+            "fits the per-kernel overhead",
+            "no difference detected",
+            "faster than CUPTI",
+            "the clock can account for it",
+        ],
+        "more than the clock can explain",
+    )
     return out.reset_index(names="op")
 
 
-def fixed_overhead(d: pd.Series, half: pd.Series, kernels: pd.Series, bound: pd.Series) -> tuple[float, pd.Series]:
+def fixed_overhead(
+    d: pd.Series, half: pd.Series, kernels: pd.Series, bound: pd.Series
+) -> tuple[float, pd.Series]:
     """The per-kernel cost the precise rows agree on, the rows meeting it; NaN, none: not all, or the clock could add it."""
-    weight = (kernels / half) ** 2  # inverse variance: a long kernel's few us of noise per kernel weigh little
+    weight = (
+        kernels / half
+    ) ** 2  # inverse variance: a long kernel's few us of noise per kernel weigh little
     cost = float((d / kernels * weight).sum() / weight.sum())
-    fits = (d + half >= kernels * cost) & (d - half <= kernels * cost + bound)  # plus up to the clock's bound
+    fits = (d + half >= kernels * cost) & (
+        d - half <= kernels * cost + bound
+    )  # plus up to the clock's bound
     return (cost, fits) if fits.all() and cost > bound.min() else (float("nan"), fits & False)
 
 
@@ -406,32 +525,74 @@ def overhead(side: pd.DataFrame) -> str:
     """Nsight Compute's unflushed extra time over all kernels, in words: one fixed overhead, one rising with length, or not."""
     short, seen = side.loc[side["CUPTI us"].idxmin()], side.unflushed != "no difference detected"
     if not (side.unflushed == "fits the per-kernel overhead").any():
-        return "not a fixed overhead (see each kernel's reading)" if seen.any() else "no unflushed difference detected"
+        return (
+            "not a fixed overhead (see each kernel's reading)"
+            if seen.any()
+            else "no unflushed difference detected"
+        )
     (rho, p), cost = stats.spearmanr(side["CUPTI us"], side["us/kernel"]), side["fixed us"].iloc[0]
-    said = (f"an overhead per kernel rising with the kernel's length, not one fixed cost: about {cost:.2f} us on the short "
-            f"kernels; the longer ones exceed it by up to {side['us/kernel'].max() - cost:.2f} us, within each row's interval"
-            f" plus what the clock can add (Spearman {rho:+.2f}, p {p:.2f})" if rho > 0 and p < 0.05 else
-            f"a fixed overhead of about {cost:.2f} us per kernel, consistent with every row, no trend with length detected (Spearman {rho:+.2f}, p {p:.2f}; {len(side)} kernels, a weak test)")
-    return said + f"; the clock could add at most {short['clock bound us']:.3f} us to the shortest ({short.op})"
+    said = (
+        f"an overhead per kernel rising with the kernel's length, not one fixed cost: about {cost:.2f} us on the short "
+        f"kernels; the longer ones exceed it by up to {side['us/kernel'].max() - cost:.2f} us, within each row's interval"
+        f" plus what the clock can add (Spearman {rho:+.2f}, p {p:.2f})"
+        if rho > 0 and p < 0.05
+        else f"a fixed overhead of about {cost:.2f} us per kernel, consistent with every row, no trend with length detected (Spearman {rho:+.2f}, p {p:.2f}; {len(side)} kernels, a weak test)"
+    )
+    return (
+        said
+        + f"; the clock could add at most {short['clock bound us']:.3f} us to the shortest ({short.op})"
+    )
 
 
 with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
     ENV.require("profiler", also="cupti")
-    cupti, ncu = nt.needs(CUPTI, section="1", need="cupti"), nt.needs(NCU, section="2", need="ncu-cli")
+    cupti, ncu = (
+        nt.needs(CUPTI, section="1", need="cupti"),
+        nt.needs(NCU, section="2", need="ncu-cli"),
+    )
     SIDE = compare(cupti["table"], ncu)
-    nt.show(SIDE, SIDE.columns.drop(["max MHz", "unflushed", "fixed us"]))  # the verdicts are in the readings below
-    print("\n".join(f"  {r['op']}: {reading(r)}" for r in SIDE.to_dict("records")) + f"\n  unflushed, all kernels: {overhead(SIDE)}")
+    nt.show(
+        SIDE, SIDE.columns.drop(["max MHz", "unflushed", "fixed us"])
+    )  # the verdicts are in the readings below
+    print(
+        "\n".join(f"  {r['op']}: {reading(r)}" for r in SIDE.to_dict("records"))
+        + f"\n  unflushed, all kernels: {overhead(SIDE)}"
+    )
     fig, ax = plt.subplots(figsize=(7.5, 3.2))
-    for shift, cache in ((-0.1, "all"), (0.1, "none")):  # each difference with its Welch 95 % interval
-        ax.errorbar(np.arange(len(SIDE)) + shift, SIDE[f"{cache}-CUPTI"], yerr=SIDE[f"{cache}-CUPTI ±"], fmt="o",
-                    capsize=3, label=f"Nsight Compute, cache_control={cache!r}")
-    ax.set(xticks=range(len(SIDE)), xticklabels=SIDE.op, ylabel="difference, % of CUPTI's mean", title=ENV.gpu_name)
+    for shift, cache in (
+        (-0.1, "all"),
+        (0.1, "none"),
+    ):  # each difference with its Welch 95 % interval
+        ax.errorbar(
+            np.arange(len(SIDE)) + shift,
+            SIDE[f"{cache}-CUPTI"],
+            yerr=SIDE[f"{cache}-CUPTI ±"],
+            fmt="o",
+            capsize=3,
+            label=f"Nsight Compute, cache_control={cache!r}",
+        )
+    ax.set(
+        xticks=range(len(SIDE)),
+        xticklabels=SIDE.op,
+        ylabel="difference, % of CUPTI's mean",
+        title=ENV.gpu_name,
+    )
     ax.axhline(0, color="grey", lw=0.8), ax.legend(fontsize=8), plt.tight_layout()
     counts = {name: list(times(t).kernels) for name, t in (("CUPTI", cupti["table"]), *ncu.items())}
-    nt.claim(len({tuple(v) for v in counts.values()}) == 1, "all three measurements saw the same kernels per run", str(counts))
+    nt.claim(
+        len({tuple(v) for v in counts.values()}) == 1,
+        "all three measurements saw the same kernels per run",
+        str(counts),
+    )
     big = SIDE.iloc[-1]
-    nt.claim(abs(big["all-CUPTI"]) < 5, f"for {big.op} the two tools agree within 5 %", f"{big['all-CUPTI']:+.2f} %")
-    s.result = f"unflushed: {overhead(SIDE)}; {big.op}: {big['all-CUPTI']:+.1f} % under Nsight Compute"
+    nt.claim(
+        abs(big["all-CUPTI"]) < 5,
+        f"for {big.op} the two tools agree within 5 %",
+        f"{big['all-CUPTI']:+.2f} %",
+    )
+    s.result = (
+        f"unflushed: {overhead(SIDE)}; {big.op}: {big['all-CUPTI']:+.1f} % under Nsight Compute"
+    )
 
 # %% [markdown]
 # ## 4. Two more clocks on the same launches: CUDA events and wall time
@@ -454,33 +615,65 @@ with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
 # where the launches scatter (SD over the runs) by more than the kernel itself lasts: there
 # one launch's events cannot even resolve the kernel.
 
+
 # %%
 def event_clocks(traced: list, plain: list, cupti: pd.DataFrame) -> pd.DataFrame:
     """Per op and profiler (CUPTI, none), us: kernel (CUPTI's), events (mean, SD), wall, events - kernel, in words."""
-    rows = [(op, who, e, w) for who, events in (("CUPTI", traced), ("none", plain)) for op, e, w in events]
-    g = pd.DataFrame(rows, columns=["op", "profiler", "events", "wall"]).groupby(["op", "profiler"], sort=False)
-    out = pd.DataFrame({"events us": g.events.mean(), "SD us": g.events.std(), "wall us": g.wall.mean()}) / 1e3
+    rows = [
+        (op, who, e, w)
+        for who, events in (("CUPTI", traced), ("none", plain))
+        for op, e, w in events
+    ]
+    g = pd.DataFrame(rows, columns=["op", "profiler", "events", "wall"]).groupby(
+        ["op", "profiler"], sort=False
+    )
+    out = (
+        pd.DataFrame(
+            {"events us": g.events.mean(), "SD us": g.events.std(), "wall us": g.wall.mean()}
+        )
+        / 1e3
+    )
     out.insert(0, "kernel us", times(cupti)["mean"].reindex(out.index, level="op"))
     out["overhead us"] = out["events us"] - out["kernel us"]
-    size = pd.cut(out["overhead us"], [-np.inf, 10, 100, 1000, np.inf], right=False,
-                  labels=["a few us", "tens of us", "hundreds of us", "milliseconds"]).astype(str)
-    return out.assign(**{"in words": size + np.where(out["SD us"] > out["kernel us"], ", noisy", "")}).reset_index()
+    size = pd.cut(
+        out["overhead us"],
+        [-np.inf, 10, 100, 1000, np.inf],
+        right=False,
+        labels=["a few us", "tens of us", "hundreds of us", "milliseconds"],
+    ).astype(str)
+    return out.assign(
+        **{"in words": size + np.where(out["SD us"] > out["kernel us"], ", noisy", "")}
+    ).reset_index()
 
 
 with nt.section("4. Two more clocks on the same launches: CUDA events and wall time") as s:
     ENV.require("profiler", also="cupti")
     cupti = nt.needs(CUPTI, section="1", need="cupti")
-    PLAIN = ncu_cli.run_json("cupti_ncu_kernels.py", ["plain"], timeout=300)  # no nsight tool, no profiler
+    PLAIN = ncu_cli.run_json(
+        "cupti_ncu_kernels.py", ["plain"], timeout=300
+    )  # no nsight tool, no profiler
     EVENTS = event_clocks(cupti["events"], PLAIN["events"], cupti["table"])
-    print(f"  kernel us: {nt.rules('cupti')}\n  events, wall: workload()'s own clocks, CUPTI tracing or no profiler")
+    print(
+        f"  kernel us: {nt.rules('cupti')}\n  events, wall: workload()'s own clocks, CUPTI tracing or no profiler"
+    )
     nt.show(EVENTS, list(EVENTS.columns))
     hand = EVENTS[EVENTS.profiler == "none"].reset_index(drop=True)  # no profiler: as timed by hand
     share = 100 * hand["overhead us"] / hand["events us"]
-    nt.claim(share[0] > 50, "for the microsecond add, CUDA events measure mostly overhead", f"{share[0]:.0f} %")
-    nt.claim(share.iloc[-1] < 5, f"for {hand.op.iloc[-1]} the overhead is under 5 %", f"{share.iloc[-1]:.2f} %")
+    nt.claim(
+        share[0] > 50,
+        "for the microsecond add, CUDA events measure mostly overhead",
+        f"{share[0]:.0f} %",
+    )
+    nt.claim(
+        share.iloc[-1] < 5,
+        f"for {hand.op.iloc[-1]} the overhead is under 5 %",
+        f"{share.iloc[-1]:.2f} %",
+    )
     add = EVENTS.query("op == 'add'")
-    s.result = "events - kernel, add: " + "; ".join(f"{us:,.0f} us with profiler {who} ({words})" for who, us, words
-                                                   in zip(add.profiler, add["overhead us"], add["in words"]))
+    s.result = "events - kernel, add: " + "; ".join(
+        f"{us:,.0f} us with profiler {who} ({words})"
+        for who, us, words in zip(add.profiler, add["overhead us"], add["in words"])
+    )
 
 # %% [markdown]
 # ## 5. What CUPTI cannot do
@@ -507,16 +700,28 @@ with nt.section("4. Two more clocks on the same launches: CUDA events and wall t
 with nt.section("5. What CUPTI cannot do") as s:
     ENV.require("profiler", also="cupti")
     LIMITS = ck.cupti_limits() if ENV.backend == "cupti" else cupti_child("cupti_limits")
-    x2 = pd.DataFrame(LIMITS["x2_us"], index=["warm us", "flushed by hand us"]).T.reset_index(names="cache/clock")
-    print(f"  a counter -> ValueError: {LIMITS['counter_error']}\n  memcpy: measured() -> {LIMITS['copy_error']}")
+    x2 = pd.DataFrame(LIMITS["x2_us"], index=["warm us", "flushed by hand us"]).T.reset_index(
+        names="cache/clock"
+    )
+    print(
+        f"  a counter -> ValueError: {LIMITS['counter_error']}\n  memcpy: measured() -> {LIMITS['copy_error']}"
+    )
     print(f"  {nt.rules('cupti', cache_control='all, none', clock_control='none, base')}")
     nt.show(x2, list(x2.columns), fmt="{:,.3f}")
     spread = x2["warm us"].max() / x2["warm us"].min()
-    nt.claim(LIMITS["counter_error"] is not None, "under CUPTI the call that asks for a hardware counter is refused")
+    nt.claim(
+        LIMITS["counter_error"] is not None,
+        "under CUPTI the call that asks for a hardware counter is refused",
+    )
     nt.claim(spread < 1.05, "the three cache/clock settings give the same warm time (within 5 %)")
-    nt.claim((x2["flushed by hand us"] > x2["warm us"]).all(),
-             "cache_control='all' flushed nothing: in every setting the warm x * 2 beats the one flushed by hand")
-    nt.claim("['copy']" in (LIMITS["copy_error"] or ""), "a memcpy-only region gives no row, and measured() names it")
+    nt.claim(
+        (x2["flushed by hand us"] > x2["warm us"]).all(),
+        "cache_control='all' flushed nothing: in every setting the warm x * 2 beats the one flushed by hand",
+    )
+    nt.claim(
+        "['copy']" in (LIMITS["copy_error"] or ""),
+        "a memcpy-only region gives no row, and measured() names it",
+    )
     s.result = f"counter refused; cache/clock settings within {100 * (spread - 1):.1f} %; memcpy region: no row"
 
 # %% [markdown]
@@ -544,13 +749,32 @@ with nt.section("5. What CUPTI cannot do") as s:
 # %%
 with nt.section("6. torch.profiler goes blind while nsight's CUPTI is active") as s:
     ENV.require("profiler", also="cupti")
-    plain = (PLAIN or ncu_cli.run_json("cupti_ncu_kernels.py", ["plain"], timeout=300))["cuda_events"]  # no nsight tool
-    beside = ck.profiler_beside_cupti() if ENV.backend == "cupti" else cupti_child("profiler_beside_cupti")
-    nt.claim(plain >= 5, "with no nsight tool active, torch.profiler sees each matmul", f"{plain} events, 5 matmuls")
-    after = "no kernel record, blind too (restart to profile again)" if beside["nsight_after"] else "a row, as before"
-    print(f"  beside nsight's CUPTI: {beside['cuda_events']} CUDA events; then nsight-python on x + x (one kernel): {after}")
+    plain = (PLAIN or ncu_cli.run_json("cupti_ncu_kernels.py", ["plain"], timeout=300))[
+        "cuda_events"
+    ]  # no nsight tool
+    beside = (
+        ck.profiler_beside_cupti()
+        if ENV.backend == "cupti"
+        else cupti_child("profiler_beside_cupti")
+    )
+    nt.claim(
+        plain >= 5,
+        "with no nsight tool active, torch.profiler sees each matmul",
+        f"{plain} events, 5 matmuls",
+    )
+    after = (
+        "no kernel record, blind too (restart to profile again)"
+        if beside["nsight_after"]
+        else "a row, as before"
+    )
+    print(
+        f"  beside nsight's CUPTI: {beside['cuda_events']} CUDA events; then nsight-python on x + x (one kernel): {after}"
+    )
     if ONE_LIBCUPTI:  # one libcupti, one subscriber (section 0)
-        nt.claim(beside["cuda_events"] == 0, "beside nsight's CUPTI, torch.profiler records no CUDA event")
+        nt.claim(
+            beside["cuda_events"] == 0,
+            "beside nsight's CUPTI, torch.profiler records no CUDA event",
+        )
     s.result = f"torch.profiler: {beside['cuda_events']} CUDA events beside nsight's CUPTI, {plain} without; then nsight: {after}"
 
 # %% [markdown]
@@ -583,4 +807,4 @@ with nt.section("6. torch.profiler goes blind while nsight's CUPTI is active") a
 # the CUPTI collector's source: [`nsight/collection/cupti.py`](https://github.com/NVIDIA/nsight-python).
 
 # %%
-nt.summary();
+nt.summary()

@@ -81,6 +81,7 @@ def matmul(n: int) -> None:
 
 if __name__ == "__main__":  # what the ncu command line runs (the printed command shows it)
     from nspy_tutorial import ncu_cli
+
     ncu_cli.replay(globals())
 
 # %%
@@ -129,37 +130,69 @@ def gb_per_s(time_ns, n):
 
 def residency(n: int, l2_bytes: int) -> str:
     """Where n floats read once and written once (8 n bytes) can live during the kernel: the L2, or only DRAM."""
-    return "L2-resident (fits in the L2: not a DRAM rate, nor the L2's)" if 8 * n <= l2_bytes else "DRAM (larger than the L2)"
+    return (
+        "L2-resident (fits in the L2: not a DRAM rate, nor the L2's)"
+        if 8 * n <= l2_bytes
+        else "DRAM (larger than the L2)"
+    )
 
 
-def read_back(table: pd.DataFrame, prefix: str, function: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def read_back(
+    table: pd.DataFrame, prefix: str, function: str
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The newest call's per-run and processed CSVs, and the processed one compared with `table` column by column."""
-    raw, back = (pd.read_csv(evidence.newest_output(prefix, kind, function)) for kind in ("profiled_data", "processed_data"))
+    raw, back = (
+        pd.read_csv(evidence.newest_output(prefix, kind, function))
+        for kind in ("profiled_data", "processed_data")
+    )
     return raw, back, evidence.round_trip_differences(table, back)
 
 
 with nt.section("1. output_prefix + output_csv: the files, read back") as s:
     ENV.require("profiler")
-    stream = nsight.analyze.kernel(configs=SIZES, runs=RUNS, thermal_mode="off", verbosity=SILENT,
-                                   derive_metric=gb_per_s, output_prefix=PREFIX, output_csv=True)(ek.stream)
+    stream = nsight.analyze.kernel(
+        configs=SIZES,
+        runs=RUNS,
+        thermal_mode="off",
+        verbosity=SILENT,
+        derive_metric=gb_per_s,
+        output_prefix=PREFIX,
+        output_csv=True,
+    )(ek.stream)
     DF = stream().to_dataframe()
     print(f"  {nt.rules(ENV.backend)}\n\n  derive_metric's rows of to_dataframe():")
-    rates = DF[DF.Metric == "gb_per_s"][["Annotation", "n", "AvgValue", "Unit", "RelativeStdDevPct"]]
-    where = [residency(n, ENV.facts.l2_bytes) for n in rates.n]  # not the DRAM's rate where it fits in the L2
+    rates = DF[DF.Metric == "gb_per_s"][
+        ["Annotation", "n", "AvgValue", "Unit", "RelativeStdDevPct"]
+    ]
+    where = [
+        residency(n, ENV.facts.l2_bytes) for n in rates.n
+    ]  # not the DRAM's rate where it fits in the L2
     print(rates.assign(where=where).round(2).to_string(index=False))
     RAW, back, diff = read_back(DF, PREFIX, "stream")
     metrics = list(RAW.Metric.unique())
     print(f"\n  per-run CSV: {len(RAW)} rows, metrics {metrics}, columns {list(RAW.columns)}")
     counts = RAW.groupby(["Annotation", "n", "Metric"]).size()
-    nt.claim(len(counts) == 2 * len(SIZES) * len(metrics) and (counts == RUNS).all(),
-             "the per-run CSV has one row per annotation x configuration x run x metric",
-             f"{len(RAW)} rows = 2 x {len(SIZES)} x {RUNS} x {len(metrics)}")
-    nt.claim(list(back.columns) == list(DF.columns), "the processed CSV has to_dataframe()'s columns, in order")
-    nt.claim(diff.same_values.all(), "every value of to_dataframe() comes back from the processed CSV",
-             f"differing columns: {list(diff.column[~diff.same_values])}")
+    nt.claim(
+        len(counts) == 2 * len(SIZES) * len(metrics) and (counts == RUNS).all(),
+        "the per-run CSV has one row per annotation x configuration x run x metric",
+        f"{len(RAW)} rows = 2 x {len(SIZES)} x {RUNS} x {len(metrics)}",
+    )
+    nt.claim(
+        list(back.columns) == list(DF.columns),
+        "the processed CSV has to_dataframe()'s columns, in order",
+    )
+    nt.claim(
+        diff.same_values.all(),
+        "every value of to_dataframe() comes back from the processed CSV",
+        f"differing columns: {list(diff.column[~diff.same_values])}",
+    )
     changed = diff[diff.dtype_before != diff.dtype_after]
     print("\n  dtypes that the CSV round trip changed (values equal, types not):")
-    print(changed[["column", "dtype_before", "dtype_after"]].to_string(index=False) if len(changed) else "    none")
+    print(
+        changed[["column", "dtype_before", "dtype_after"]].to_string(index=False)
+        if len(changed)
+        else "    none"
+    )
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
     for ax, (ann, part) in zip(axes, RAW[RAW.Metric == TIME].groupby("Annotation")):
         for n, runs in part.groupby("n"):
@@ -172,8 +205,10 @@ with nt.section("1. output_prefix + output_csv: the files, read back") as s:
     plt.show()
     files = evidence.listing(EVIDENCE)
     print(files.to_string(index=False))
-    s.result = (f"{len(files)} files; per-run CSV {len(RAW)} rows ({len(metrics)} metrics); processed CSV == "
-                f"to_dataframe() ({len(changed)} dtype(s) changed)")
+    s.result = (
+        f"{len(files)} files; per-run CSV {len(RAW)} rows ({len(metrics)} metrics); processed CSV == "
+        f"to_dataframe() ({len(changed)} dtype(s) changed)"
+    )
 
 # %% [markdown]
 # ## 2. The Nsight Compute report, opened from Python
@@ -199,36 +234,55 @@ with nt.section("1. output_prefix + output_csv: the files, read back") as s:
 # a full analysis. We check that the per-run CSV's durations are this report's numbers.
 # Under the CUPTI backend nsight-python writes no report, and the section says so.
 
+
 # %%
 def actions_of(report) -> list:
     """Every action (profiled kernel launch) of every range of an opened report."""
-    return [report.range_by_idx(i).action_by_idx(j) for i in range(report.num_ranges())
-            for j in range(report.range_by_idx(i).num_actions())]
+    return [
+        report.range_by_idx(i).action_by_idx(j)
+        for i in range(report.num_ranges())
+        for j in range(report.range_by_idx(i).num_actions())
+    ]
 
 
 with nt.section("2a. nsight-python's own report (Nsight Compute backend)") as s:
     ENV.require("profiler", also="ncu")
     if ENV.backend != "ncu":
-        raise nt.Skip(f"the {ENV.backend} backend writes no .ncu-rep (only the Nsight Compute backend does; it did "
-                      f"not load: {ENV.ncu_problem}); section 2b writes a full report with the ncu command line",
-                      nt.environment.NCU_REMEDY, needs="ncu")
+        raise nt.Skip(
+            f"the {ENV.backend} backend writes no .ncu-rep (only the Nsight Compute backend does; it did "
+            f"not load: {ENV.ncu_problem}); section 2b writes a full report with the ncu command line",
+            nt.environment.NCU_REMEDY,
+            needs="ncu",
+        )
     if RAW is None:
-        raise nt.Skip("section 1 did not run, so nsight-python wrote no report",
-                      "run section 1 first (see its SKIPPED reason)", needs="ncu")
+        raise nt.Skip(
+            "section 1 did not run, so nsight-python wrote no report",
+            "run section 1 first (see its SKIPPED reason)",
+            needs="ncu",
+        )
     path = evidence.newest_output(PREFIX, "ncu-output", "stream")
     report = ncu_report.load_report(str(path))
     evidence.check_loaded(report.num_ranges(), path, writer=ENV.ncu_version)
     actions = actions_of(report)
     NSIGHT_REPORT_METRICS = len(actions[0].metric_names())
-    print(f"  {path.name}: {report.num_ranges()} range(s), {len(actions)} actions, {NSIGHT_REPORT_METRICS} metrics "
-          f"per action\n  kernels: {sorted({nt.short_kernel_name(a.name()) for a in actions})}")
-    nt.claim(len(actions) == 2 * len(SIZES) * RUNS, "one action per profiled launch: annotations x configurations x runs",
-             f"{len(actions)} actions")
+    print(
+        f"  {path.name}: {report.num_ranges()} range(s), {len(actions)} actions, {NSIGHT_REPORT_METRICS} metrics "
+        f"per action\n  kernels: {sorted({nt.short_kernel_name(a.name()) for a in actions})}"
+    )
+    nt.claim(
+        len(actions) == 2 * len(SIZES) * RUNS,
+        "one action per profiled launch: annotations x configurations x runs",
+        f"{len(actions)} actions",
+    )
     durations = sorted(float(a[TIME].value()) for a in actions)
-    nt.claim(np.allclose(durations, sorted(RAW[RAW.Metric == TIME].Value)),
-             "the per-run CSV's durations are this report's gpu__time_duration.sum values",
-             f"{len(durations)} values, unit {actions[0][TIME].unit()!r}")
-    s.result = f"{len(actions)} launches, {NSIGHT_REPORT_METRICS} metrics each: only what was asked for"
+    nt.claim(
+        np.allclose(durations, sorted(RAW[RAW.Metric == TIME].Value)),
+        "the per-run CSV's durations are this report's gpu__time_duration.sum values",
+        f"{len(durations)} values, unit {actions[0][TIME].unit()!r}",
+    )
+    s.result = (
+        f"{len(actions)} launches, {NSIGHT_REPORT_METRICS} metrics each: only what was asked for"
+    )
 
 # %% [markdown]
 # **2b. The full report from the `ncu` command line.** For a complete analysis, run ncu
@@ -279,16 +333,26 @@ FULL_REPORT = None
 QUESTIONS = {  # question -> candidate metric names, the first one present is used
     "duration": ["gpu__time_duration.sum"],
     "SM throughput": ["sm__throughput.avg.pct_of_peak_sustained_elapsed"],
-    "DRAM throughput": ["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-                        "dram__throughput.avg.pct_of_peak_sustained_elapsed"],
+    "DRAM throughput": [
+        "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    ],
     "memory throughput": ["gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"],
     "achieved occupancy": ["sm__warps_active.avg.pct_of_peak_sustained_active"],
-    "SM clock (measured)": ["gpc__cycles_elapsed.avg.per_second", "sm__cycles_elapsed.avg.per_second"],
+    "SM clock (measured)": [
+        "gpc__cycles_elapsed.avg.per_second",
+        "sm__cycles_elapsed.avg.per_second",
+    ],
     "tensor pipe busy, any": ["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"],
-    "HMMA pipe busy (fp16/bf16; wgmma too on Hopper)":
-        ["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"],
-    "wgmma instructions issued (GMMA)": ["sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active"],
-    "HMMA pipe instructions issued": ["sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"],
+    "HMMA pipe busy (fp16/bf16; wgmma too on Hopper)": [
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+    ],
+    "wgmma instructions issued (GMMA)": [
+        "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active"
+    ],
+    "HMMA pipe instructions issued": [
+        "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"
+    ],
     "warp execution efficiency": ["smsp__thread_inst_executed_per_inst_executed.ratio"],
     "rated maximum clock": ["device__attribute_clock_rate"],
 }
@@ -297,15 +361,24 @@ QUESTIONS = {  # question -> candidate metric names, the first one present is us
 def metric_table(action) -> pd.DataFrame:
     """Every candidate metric, and every tensor-pipe average %, that the report has: name, value, unit."""
     wanted = {m for names in QUESTIONS.values() for m in names}
-    names = sorted(m for m in action.metric_names() if m in wanted or ("pipe_tensor" in m and ".avg.pct_of_peak" in m))
-    return pd.DataFrame([(m, action[m].value(), action[m].unit()) for m in names], columns=["metric", "value", "unit"])
+    names = sorted(
+        m
+        for m in action.metric_names()
+        if m in wanted or ("pipe_tensor" in m and ".avg.pct_of_peak" in m)
+    )
+    return pd.DataFrame(
+        [(m, action[m].value(), action[m].unit()) for m in names],
+        columns=["metric", "value", "unit"],
+    )
 
 
 def readable(value, unit: str, metric: str = "") -> str:
     """A value as one reads it: a percentage as is, a time in us, a frequency in MHz, threads of a warp's 32."""
     if metric.endswith("per_inst_executed.ratio"):  # threads that execute each warp instruction
         return f"{value:.1f} of 32 threads ({100 * value / 32:.0f} %)"
-    if metric == "device__attribute_clock_rate":  # in kHz, as nsight-python reads it (its ComputeClock)
+    if (
+        metric == "device__attribute_clock_rate"
+    ):  # in kHz, as nsight-python reads it (its ComputeClock)
         value, unit = value * 1e3, "hz"
     if unit == "%":
         return f"{value:.1f} %"
@@ -330,8 +403,10 @@ def key_metrics(found: pd.DataFrame) -> pd.DataFrame:
 def hmma_counts_wgmma(found: pd.DataFrame) -> bool:
     """Whether the HMMA pipe was as busy as any tensor pipe (within 1 point) while wgmma instructions were issued."""
     pct = found.set_index("metric").value.to_dict()
-    hmma, anyp = (pct.get(f"sm__pipe_tensor{pipe}_cycles_active.avg.pct_of_peak_sustained_active")
-                  for pipe in ("_op_hmma", ""))
+    hmma, anyp = (
+        pct.get(f"sm__pipe_tensor{pipe}_cycles_active.avg.pct_of_peak_sustained_active")
+        for pipe in ("_op_hmma", "")
+    )
     gmma = pct.get("sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active", 0)
     return None not in (hmma, anyp) and gmma > 0 and abs(hmma - anyp) < 1
 
@@ -342,60 +417,125 @@ def clocks_mhz(found: pd.DataFrame) -> tuple[float, float] | None:
     ran = next((m for m in QUESTIONS["SM clock (measured)"] if m in have.index), None)
     if ran is None or "device__attribute_clock_rate" not in have.index:
         return None
-    rated = have.value["device__attribute_clock_rate"] / 1e3  # kHz, as nsight-python reads it (its ComputeClock)
+    rated = (
+        have.value["device__attribute_clock_rate"] / 1e3
+    )  # kHz, as nsight-python reads it (its ComputeClock)
     return ncu_cli.to_base_units(have.value[ran], have.unit[ran]) / 1e6, rated
 
 
 with nt.section("2b. The full report from the ncu command line (--set full)") as s:
     ENV.require("ncu-cli")
     FULL_REPORT = EVIDENCE / "full-matmul.ncu-rep"
-    cmd = [ENV.ncu_path, "--set", "full",                                  # every section of the full set
-           "--metrics", "smsp__thread_inst_executed_per_inst_executed.ratio",  # and warp execution efficiency
-           "--nvtx", "--nvtx-include", "regex:nsight-python@.+",             # only kernels inside nsight.annotate
-           "-f", "-o", str(FULL_REPORT.with_suffix("")),                     # ncu adds .ncu-rep
-           sys.executable, "evidence_kernels.py", "matmul", json.dumps([[N_FULL]]), "1"]  # matmul(4096), one run
+    cmd = [
+        ENV.ncu_path,
+        "--set",
+        "full",  # every section of the full set
+        "--metrics",
+        "smsp__thread_inst_executed_per_inst_executed.ratio",  # and warp execution efficiency
+        "--nvtx",
+        "--nvtx-include",
+        "regex:nsight-python@.+",  # only kernels inside nsight.annotate
+        "-f",
+        "-o",
+        str(FULL_REPORT.with_suffix("")),  # ncu adds .ncu-rep
+        sys.executable,
+        "evidence_kernels.py",
+        "matmul",
+        json.dumps([[N_FULL]]),
+        "1",
+    ]  # matmul(4096), one run
     print(f"  $ {ncu_cli.command_text(cmd)}\n  {nt.rules('ncu-cli')}")
     start = time.perf_counter()
     ncu_cli.run(cmd, timeout=600)
     took = time.perf_counter() - start
-    nt.claim(FULL_REPORT.exists(), "ncu wrote the report, adding .ncu-rep to the name given with -o")
+    nt.claim(
+        FULL_REPORT.exists(), "ncu wrote the report, adding .ncu-rep to the name given with -o"
+    )
     report = ncu_report.load_report(str(FULL_REPORT))
     evidence.check_loaded(report.num_ranges(), FULL_REPORT, writer=ENV.ncu_version)
     actions = actions_of(report)
     names = actions[0].metric_names()
-    print(f"\n  ncu took {took:.0f} s; {len(actions)} launch(es) in the annotation; the first, "
-          f"{nt.short_kernel_name(actions[0].name())}, has {len(names):,} metrics\n")
+    print(
+        f"\n  ncu took {took:.0f} s; {len(actions)} launch(es) in the annotation; the first, "
+        f"{nt.short_kernel_name(actions[0].name())}, has {len(names):,} metrics\n"
+    )
     found = metric_table(actions[0])
     answers = key_metrics(found)
     print(answers.to_string(index=False))
-    if clocks_mhz(found):  # the command line's default --clock-control base: clocks locked to base, not one frequency
+    if clocks_mhz(
+        found
+    ):  # the command line's default --clock-control base: clocks locked to base, not one frequency
         ran, top = clocks_mhz(found)
-        print(f"\n  duration {answers.value[0]} at {ran:,.0f} of {top:,.0f} MHz ({100 * ran / top:.0f} %): ncu asked "
-              "for base (--clock-control base, its default), which does not pin one frequency (notebook 04): not what "
-              "the GPU reaches with clocks free")
-        nt.claim(ran < top, "under --clock-control base the kernel ran below the GPU's rated maximum clock",
-                 f"{ran:,.0f} of {top:,.0f} MHz")
+        print(
+            f"\n  duration {answers.value[0]} at {ran:,.0f} of {top:,.0f} MHz ({100 * ran / top:.0f} %): ncu asked "
+            "for base (--clock-control base, its default), which does not pin one frequency (notebook 04): not what "
+            "the GPU reaches with clocks free"
+        )
+        nt.claim(
+            ran < top,
+            "under --clock-control base the kernel ran below the GPU's rated maximum clock",
+            f"{ran:,.0f} of {top:,.0f} MHz",
+        )
     tensor = found[found.metric.str.contains("pipe_tensor")]
     print(f"\n  tensor-pipe % metrics in this report ({len(tensor)}): {list(tensor.metric)}")
     if hmma_counts_wgmma(found):
-        print("  the HMMA pipe was as busy as any tensor pipe while wgmma ran: here its counters include wgmma work")
-    nt.claim(actions[0].metric_by_name(TIME) is not None and len(names) > 100,
-             "the report holds the launch, its duration and hundreds of other metrics", f"{len(names):,} metrics")
+        print(
+            "  the HMMA pipe was as busy as any tensor pipe while wgmma ran: here its counters include wgmma work"
+        )
+    nt.claim(
+        actions[0].metric_by_name(TIME) is not None and len(names) > 100,
+        "the report holds the launch, its duration and hundreds of other metrics",
+        f"{len(names):,} metrics",
+    )
     if NSIGHT_REPORT_METRICS is not None:
-        nt.claim(NSIGHT_REPORT_METRICS < len(names), "nsight-python's report holds far fewer metrics than a full one",
-                 f"{NSIGHT_REPORT_METRICS} vs {len(names):,}")
-    busy = tensor[tensor.metric.str.contains("cycles_active")]  # cycles the pipe was busy, not instructions issued
+        nt.claim(
+            NSIGHT_REPORT_METRICS < len(names),
+            "nsight-python's report holds far fewer metrics than a full one",
+            f"{NSIGHT_REPORT_METRICS} vs {len(names):,}",
+        )
+    busy = tensor[
+        tensor.metric.str.contains("cycles_active")
+    ]  # cycles the pipe was busy, not instructions issued
     if len(busy):
-        nt.claim(busy.value.max() > 20, "the fp16 matmul ran on the tensor cores (a tensor pipe busy > 20 %)",
-                 f"busiest: {busy.metric.iloc[busy.value.argmax()]} {busy.value.max():.1f} %")
-    sol = [ENV.ncu_path, "--import", str(FULL_REPORT), "--page", "details", "--section", "SpeedOfLight"]
-    page = ncu_cli.run(sol)  # the GUI's Details page, Speed Of Light section, as text (Colab has no GUI)
+        nt.claim(
+            busy.value.max() > 20,
+            "the fp16 matmul ran on the tensor cores (a tensor pipe busy > 20 %)",
+            f"busiest: {busy.metric.iloc[busy.value.argmax()]} {busy.value.max():.1f} %",
+        )
+    sol = [
+        ENV.ncu_path,
+        "--import",
+        str(FULL_REPORT),
+        "--page",
+        "details",
+        "--section",
+        "SpeedOfLight",
+    ]
+    page = ncu_cli.run(
+        sol
+    )  # the GUI's Details page, Speed Of Light section, as text (Colab has no GUI)
     print(f"\n  $ {ncu_cli.command_text(sol)}\n{page}")
-    nt.claim("Speed Of Light" in page and "Duration" in page, "ncu --import prints the report's Speed Of Light section",
-             f"{len(page.splitlines())} lines")
-    s.result = "; ".join(f"{q} {v}" for q, v in answers.set_index("question").value.items() if q in (
-        "duration", "SM clock (measured)", "rated maximum clock", "achieved occupancy", "warp execution efficiency",
-        "tensor pipe busy, any")) + f"; ncu took {took:.0f} s"
+    nt.claim(
+        "Speed Of Light" in page and "Duration" in page,
+        "ncu --import prints the report's Speed Of Light section",
+        f"{len(page.splitlines())} lines",
+    )
+    s.result = (
+        "; ".join(
+            f"{q} {v}"
+            for q, v in answers.set_index("question").value.items()
+            if q
+            in (
+                "duration",
+                "SM clock (measured)",
+                "rated maximum clock",
+                "achieved occupancy",
+                "warp execution efficiency",
+                "tensor pipe busy, any",
+            )
+        )
+        + f"; ncu took {took:.0f} s"
+    )
 
 # %% [markdown]
 # **2c. Versions, and a report that cannot be read.** nsight-python refuses to start its
@@ -415,24 +555,31 @@ with nt.section("2c. Reader and writer versions; a file ncu_report cannot read")
     reader = evidence.reader_version()
     writer = ENV.ncu_version if ENV.ncu_path else None
     status, message = evidence.version_verdict(writer, reader)
-    print(f"  reader: ncu-report {'.'.join(map(str, reader)) if reader else 'not installed'}; writer: "
-          f"{ENV.ncu_path or 'no ncu on this machine'} ({'.'.join(map(str, writer)) if writer else '-'})\n"
-          f"  {status}: {message}")
+    print(
+        f"  reader: ncu-report {'.'.join(map(str, reader)) if reader else 'not installed'}; writer: "
+        f"{ENV.ncu_path or 'no ncu on this machine'} ({'.'.join(map(str, writer)) if writer else '-'})\n"
+        f"  {status}: {message}"
+    )
     bogus = Path("not-a-report.ncu-rep")  # in the work folder, not in the evidence folder
     bogus.write_bytes(b"this is not a Nsight Compute report\n" * 64)
     try:
         ranges, raised = ncu_report.load_report(str(bogus)).num_ranges(), None
     except Exception as exc:  # a future ncu_report may raise instead: that is fine too
         ranges, raised = None, f"{type(exc).__name__}: {exc}"
-    print("  load_report on a file that is not a report: " + (f"raised {raised}" if raised else f"no error, {ranges} ranges"))
+    print(
+        "  load_report on a file that is not a report: "
+        + (f"raised {raised}" if raised else f"no error, {ranges} ranges")
+    )
     nt.claim(raised is not None or ranges == 0, "nothing is read from a file that is not a report")
     if raised is None:
         try:
             evidence.check_loaded(ranges, bogus, writer, reader)
         except evidence.UnreadableReport as exc:
             print(f"  check_loaded turns that into: {exc}")
-    s.result = (f"reader vs writer: {status}; a file that is not a report: "
-                f"{'raised' if raised else f'{ranges} ranges, turned into a clear error'}")
+    s.result = (
+        f"reader vs writer: {status}; a file that is not a report: "
+        f"{'raised' if raised else f'{ranges} ranges, turned into a clear error'}"
+    )
 
 # %% [markdown]
 # ## 3. One evidence folder per investigation, zipped
@@ -464,26 +611,44 @@ with nt.section("2c. Reader and writer versions; a file ncu_report cannot read")
 # %%
 with nt.section("3. The evidence folder, zipped") as s:
     record = evidence.environment_record(ENV)
-    (EVIDENCE / "environment.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    (EVIDENCE / "environment.json").write_text(
+        json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8"
+    )
     shutil.copy("evidence_kernels.py", EVIDENCE)  # the experiment itself
-    lines = [f"Evidence folder written by notebook 10_keeping_the_evidence on {record['recorded_at_utc']}",
-             f"GPU: {ENV.gpu_name or 'none'}; backend: {ENV.backend or 'none'}; ncu: {ENV.ncu_path or 'none'}", ""]
+    lines = [
+        f"Evidence folder written by notebook 10_keeping_the_evidence on {record['recorded_at_utc']}",
+        f"GPU: {ENV.gpu_name or 'none'}; backend: {ENV.backend or 'none'}; ncu: {ENV.ncu_path or 'none'}",
+        "",
+    ]
     if RAW is not None:
-        lines += ["profiled_data-*.csv, processed_data-*.csv, plots/per_run_time.png (section 1):",
-                  f"  {nt.rules(ENV.backend)}", ""]
+        lines += [
+            "profiled_data-*.csv, processed_data-*.csv, plots/per_run_time.png (section 1):",
+            f"  {nt.rules(ENV.backend)}",
+            "",
+        ]
     if FULL_REPORT is not None and FULL_REPORT.exists():
-        lines += [f"{FULL_REPORT.name} (section 2b), profiling matmul({N_FULL}) of evidence_kernels.py:",
-                  f"  {nt.rules('ncu-cli')}", ""]
-    lines += ["Open a .ncu-rep with the Nsight Compute GUI (ncu-ui <file>, or File > Open),",
-              "or print it: ncu --import <file> --page details   (or --page raw --csv).",
-              "environment.json: GPU, driver, device facts, backend, tool and package versions."]
+        lines += [
+            f"{FULL_REPORT.name} (section 2b), profiling matmul({N_FULL}) of evidence_kernels.py:",
+            f"  {nt.rules('ncu-cli')}",
+            "",
+        ]
+    lines += [
+        "Open a .ncu-rep with the Nsight Compute GUI (ncu-ui <file>, or File > Open),",
+        "or print it: ncu --import <file> --page details   (or --page raw --csv).",
+        "environment.json: GPU, driver, device facts, backend, tool and package versions.",
+    ]
     (EVIDENCE / "README.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     table = evidence.listing(EVIDENCE)
     print(table.to_string(index=False))
-    archive = Path(shutil.make_archive(str(EVIDENCE), "zip", root_dir=EVIDENCE.parent, base_dir=EVIDENCE.name))
-    print(f"\n  {archive}: {len(zipfile.ZipFile(archive).namelist())} entries, {archive.stat().st_size / 1024:,.0f} KiB")
+    archive = Path(
+        shutil.make_archive(str(EVIDENCE), "zip", root_dir=EVIDENCE.parent, base_dir=EVIDENCE.name)
+    )
+    print(
+        f"\n  {archive}: {len(zipfile.ZipFile(archive).namelist())} entries, {archive.stat().st_size / 1024:,.0f} KiB"
+    )
     if ENV.on_colab:
         from google.colab import files
+
         files.download(str(archive))
         print("  Colab: the download of the zip has started in your browser")
     s.result = f"{len(table)} files in {archive.name} ({archive.stat().st_size / 1024:,.0f} KiB)"
@@ -546,4 +711,4 @@ with nt.section("3. The evidence folder, zipped") as s:
 # (how nsight-python reads its report with `ncu_report`).
 
 # %%
-nt.summary();
+nt.summary()
