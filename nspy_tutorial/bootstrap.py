@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from nspy_tutorial import backend, lifetime, probe, sections
+from nspy_tutorial.clock import read_clock_state
 from nspy_tutorial.environment import DRIVER_REMEDY, Environment, print_banner
 from nspy_tutorial.gpu_facts import datasheet_for, device_facts, nvml_handle
 from nspy_tutorial.sections import SettingError, first_line
@@ -215,6 +216,10 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
     if env.has_gpu and env.on_colab:
         installs = colab_installs(env, installs, forced_cupti)
     tool = try_backends(env, installs, forced_cupti) if env.has_gpu else None
+    if env.has_gpu:  # before CUDA starts here; CUPTI's status where a libcupti 13.4 and cupti-python are here
+        library = backend.find_cupti_library()
+        usable = backend.cupti_problem(library, backend.cupti_python_available()) is None
+        env.clock = read_clock_state(cupti_path=library.path if usable else None)
     chosen = env.backend
     env.backend, problem = load(chosen, tool)
     if problem:

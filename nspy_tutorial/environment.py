@@ -6,6 +6,7 @@ import platform
 from pathlib import Path
 
 from nspy_tutorial import backend
+from nspy_tutorial.clock import ClockState
 from nspy_tutorial.display import banner
 from nspy_tutorial.gpu_facts import Datasheet, DeviceFacts
 from nspy_tutorial.sections import COUNTERS_CODE, COUNTERS_REMEDY, Skip
@@ -55,6 +56,7 @@ class Environment:
     facts: DeviceFacts | None = None
     datasheet: Datasheet | None = None
     workdir: Path | None = None  # every file this notebook writes goes here (sections.enter_workdir)
+    clock: ClockState | None = None  # the SM clock before anything was measured: free, or held (and at what)
 
     @property
     def has_gpu(self) -> bool:
@@ -123,6 +125,8 @@ def banner_lines(env: Environment) -> list[str]:
         lines.append(f"GPU          {f.name}  (compute capability {f.compute_capability[0]}.{f.compute_capability[1]}, "
                      f"{f.sm_count} SMs, L2 {f.l2_bytes / 2**20:.0f} MB, {f.memory_bytes / 2**30:.0f} GiB)")
         lines.append(f"clocks       max SM {f.max_sm_clock_mhz} MHz, max memory {f.max_mem_clock_mhz} MHz (NVML)")
+        if env.clock is not None:
+            lines += [f"{'SM clock' if i == 0 else '':13}{line}" for i, line in enumerate(env.clock.lines())]
         lines.append("datasheet    this GPU is not in the table: peaks unknown, use measured ceilings" if sheet is None
                      else f"datasheet    {sheet.gpu}: fp32 {sheet.fp32_tflops}, tf32 {sheet.tf32_tflops}, fp16 "
                           f"{sheet.fp16_tflops}, bf16 {sheet.bf16_tflops} TFLOP/s, {sheet.mem_bandwidth_gbs} GB/s")

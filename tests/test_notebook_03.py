@@ -254,13 +254,13 @@ def session(seed, shifts=None, kernels=None):
 def run_cells(raw, raw100, *headings, step=None):
     """Run the notebook's cells under ``headings`` on a SYNTHETIC session: (claims, results, namespace, printed).
     ``step`` stands in for section 5's timer step when section 6 runs without it."""
-    nb = functions(STEM, "t95", "label", "ci_halfwidth_pct", "timer_step", "robust_spread", np=np, math=math,
-                   stats=stats)
+    nb = functions(STEM, "t95", "label", "ci_halfwidth_pct", "timer_step", "robust_spread", "welch_shift",
+                   np=np, math=math, stats=stats)
     results, claims = [], []
     namespace = dict(np=np, pd=pd, math=math, stats=stats, ENV=SimpleNamespace(require=lambda what: None,
                      backend="cupti"), RAW=raw, RAW100=raw100, SIZES=SIZES, TARGET=1.0, STEP=step, label=nb.label,
                      t95=nb.t95, ci_halfwidth_pct=nb.ci_halfwidth_pct, timer_step=nb.timer_step,
-                     robust_spread=nb.robust_spread)
+                     robust_spread=nb.robust_spread, welch_shift=nb.welch_shift)
     printed = io.StringIO()
     for heading in headings:
         namespace["nt"] = nt = Notebook()
@@ -298,7 +298,7 @@ def test_batch_verdict_agrees_only_when_not_distinguishable_and_sizes_a_differen
 def test_batch_shift_is_welchs_test_and_the_interval_of_the_difference():
     """batch_shift's p is scipy's Welch p on the kept runs (the test section 6 Holm-corrects), and its interval
     of the difference excludes 0 exactly when that p is below 5 %."""
-    fns = functions(STEM, "batch_shift", "kept_stats", "robust_spread", "t95", np=np, math=math, stats=stats)
+    fns = functions(STEM, "batch_shift", "welch_shift", "kept_stats", "robust_spread", "t95", np=np, math=math, stats=stats)
     rng = np.random.default_rng(11)
     for a, b in ((batch(rng, 20, 1010, 3.0), batch(rng, 100, 1042, 3.0)), (batch(rng, 20, 1010, 15.0),
                  batch(rng, 100, 1012, 15.0)), (50_000 + rng.normal(0, 400, 20), 50_100 + rng.normal(0, 400, 100))):
@@ -311,7 +311,7 @@ def test_batch_shift_is_welchs_test_and_the_interval_of_the_difference():
 def test_batches_one_step_apart_differ_by_about_one_timer_step_beyond_the_plan():
     """The review's case: two batches of the 16K add, medians one step apart, intervals disjoint -- a real
     shift of about 3 %, which the verdict reports as a difference, not as agreement."""
-    fns = functions(STEM, "batch_shift", "kept_stats", "robust_spread", "t95", np=np, math=math, stats=stats)
+    fns = functions(STEM, "batch_shift", "welch_shift", "kept_stats", "robust_spread", "t95", np=np, math=math, stats=stats)
     rng = np.random.default_rng(11)
     a, b = batch(rng, 20, 1042, 3.0), batch(rng, 100, 1010, 3.0)
     assert np.median(b) - np.median(a) == pytest.approx(-32, abs=1)

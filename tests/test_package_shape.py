@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "nspy_tutorial"
-MAX_TOTAL = 2000
+MAX_TOTAL = 2600  # 2,000 at #21; then the clock state (#30), the timeline readers (#31), lessons kept (#33)
 MAX_MODULE = 350
 
 
@@ -99,7 +99,7 @@ def used_outside_tests(name: str, package_names: set[str]) -> bool:
             or re.search(rf"\b{re.escape(name)}\b", (ROOT / "pyproject.toml").read_text(encoding="utf-8")) is not None)
 
 
-def test_the_package_has_at_most_2000_lines_of_python():
+def test_the_package_stays_within_its_line_budget():
     sizes = {stem: lines(path) for stem, path in modules().items()}
     assert sum(sizes.values()) <= MAX_TOTAL, sizes
 

@@ -478,6 +478,40 @@ with nt.section("5. Runs needed for a target precision") as s:
     )
 
 # %% [markdown]
+# Two functions of section 6 below are used again later: `welch_shift` compares two batches from
+# their means, spreads and run counts, and `run_to_run_pct` turns that comparison into **the
+# run-to-run band**: how far apart two batches of one kernel, measured apart in one run, may
+# lie -- the far end of the 95 % interval of their shift. Notebooks 06, 07, 09 and 11 call a
+# difference between two kernels real only beyond the band their own run measured. The
+# `# @save` line marks a cell the package keeps word for word (`nspy_tutorial.lessons`), so a
+# later notebook imports what this one taught instead of copying it.
+
+
+# %%
+# @save
+def welch_shift(
+    first: tuple[float, float, int], second: tuple[float, float, int]
+) -> tuple[float, float, float]:
+    """Two batches as (mean, standard deviation, runs): the second mean minus the first in % of the
+    first, the 95 % half-width of that difference (same unit, Welch-Satterthwaite degrees of
+    freedom: each batch keeps its own spread), and the two-sided p of "no shift"."""
+    (ma, sa, na), (mb, sb, nb) = first, second
+    va, vb = sa**2 / na, sb**2 / nb
+    df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+    se = math.sqrt(va + vb)
+    half = stats.t.ppf(0.975, df) * se
+    p = 2 * stats.t.sf(abs(mb - ma) / se, df)
+    return 100 * (mb - ma) / ma, 100 * half / ma, float(p)
+
+
+def run_to_run_pct(first: tuple[float, float, int], second: tuple[float, float, int]) -> float:
+    """The run-to-run band, in % of the first batch's mean: |shift| plus its 95 % half-width, the
+    largest move between two batches of one kernel that this run's data leave open."""
+    shift, half, _ = welch_shift(first, second)
+    return abs(shift) + half
+
+
+# %% [markdown]
 # ## 6. A second batch of the same kernel
 #
 # Every interval and plan above describes *one batch*. Sections 1 and 4 measured both
@@ -522,17 +556,8 @@ def kept_stats(v: np.ndarray, step: float) -> tuple[float, float, int]:
 
 
 def batch_shift(a: np.ndarray, b: np.ndarray, step: float) -> tuple[float, float, float]:
-    """Welch's comparison of two batches of one kernel, from kept_stats of each: the second mean minus the first
-    as % of the first, the 95 % half-width of that difference (same unit), and the two-sided p."""
-    (ma, sa, na), (mb, sb, nb) = kept_stats(a, step), kept_stats(b, step)
-    va, vb = sa**2 / na, sb**2 / nb
-    df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))  # Welch-Satterthwaite
-    se = math.sqrt(va + vb)
-    return (
-        100 * (mb - ma) / ma,
-        100 * stats.t.ppf(0.975, df) * se / ma,
-        float(2 * stats.t.sf(abs(mb - ma) / se, df)),
-    )
+    """Welch's comparison of two batches of one kernel, on the runs kept_stats keeps."""
+    return welch_shift(kept_stats(a, step), kept_stats(b, step))
 
 
 def batch_verdict(p_holm: float, gap: float, step: float) -> str:
