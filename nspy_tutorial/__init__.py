@@ -5,7 +5,8 @@
 import importlib
 
 _HOME = {"Environment": "environment", "setup": "bootstrap", "nvml_handle": "gpu_facts",
-         "banner": "display", "rules": "display", "short_kernel_name": "display", "show": "display",
+         "banner": "display", "label_offsets": "display", "rules": "display", "say": "display",
+         "short_kernel_name": "display", "show": "display",
          "Skip": "sections", "claim": "sections", "needs": "sections", "section": "sections", "summary": "sections"}
 __all__ = sorted(_HOME)
 

@@ -1,5 +1,7 @@
 """Printing helpers of every notebook: section banners, a few DataFrame columns as a table (:func:`show`), kernel
-names short enough for one line, and :func:`rules`, the caption saying which tool measured under which rules."""
+names short enough for one line, :func:`rules`, the caption saying which tool measured under which rules,
+:func:`say` (a long line wrapped to fit a reader's screen) and :func:`label_offsets` (plot labels that do not
+collide)."""
 
 from __future__ import annotations
 
@@ -12,11 +14,31 @@ if TYPE_CHECKING:  # pandas for the type hints only: `nspy-tutorial run` starts 
     import pandas as pd
 
 WIDTH = 78
+READABLE = 120  # the longest printed line a learner should have to read
 
 
 def banner(title: str) -> None:
     """Print ``title`` between two rules, so sections stand out in long outputs."""
     print(f"\n{'=' * WIDTH}\n{title}\n{'=' * WIDTH}")
+
+
+def say(text: str) -> None:
+    """Print ``text`` wrapped to lines of at most :data:`READABLE` characters, indented like a check's line."""
+    print(textwrap.fill(text, READABLE - 2, initial_indent="  ", subsequent_indent="    "))
+
+
+def label_offsets(ax, marks: Sequence[tuple[float, float]], n: int, gap: float = 11) -> list[tuple[int, int]]:
+    """Offsets in pixels for the labels of the first ``n`` of ``marks`` (data coordinates of every point drawn) that
+    keep each label at least ``gap`` pixels from every mark and every label placed before it; the nearest spot
+    otherwise. Call it once the axes' limits and layout are final (``fig.tight_layout()``)."""
+    taken = [tuple(ax.transData.transform(mark)) for mark in marks]
+    spots = [(12, 8), (12, -8), (-12, 8), (-12, -8), (24, 0), (-24, 0), (12, 22), (-12, -22), (0, 30), (0, -30)]
+    found = []
+    for x, y in taken[:n]:
+        clear = [(u, v) for u, v in spots if min(max(abs(x + u - a), abs(y + v - b)) for a, b in taken) > gap]
+        found.append((clear or spots)[0])
+        taken.append((x + found[-1][0], y + found[-1][1]))
+    return found
 
 
 def show(df: pd.DataFrame, cols: Sequence[str], scale: Mapping[str, float] | None = None,

@@ -31,8 +31,9 @@ FIRST = f"import sys\nsys.path.insert(0, {str(ROOT / 'scripts')!r})\nimport keep
 KEEP = "from keep_fixtures import keep_table\n"
 EVENTS = 'pd.DataFrame({}["events"], columns=["op", "events_ns", "wall_ns"])'  # 09 section 4: one row per launch
 IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its own process
-    "06": KEEP + 'print(keep_table(ROOF_RUNS, rk.roofs, [(N_STREAM, M_ROOF, L2, ",".join(PRECISIONS))], 10, [TIME], '
-                 'name="roofs"))',
+    "06": KEEP + 'print(keep_table(CALL_1, rk.roofs, [(N_STREAM, M_ROOF, ",".join(PRECISIONS))], 10, [TIME], name="roofs"))\n'
+                 'print(keep_table(CALL_2, rk.roofs, [(N_STREAM, M_ROOF, ",".join(PRECISIONS))], 10, [TIME], '
+                 'name="roofs-again"))',
     "05": KEEP + 'print(keep_table(df, sweep, SIZES, RUNS, list(df.Metric.unique()), name="sweep-tflops"))\n'
                  'print(keep_table(NORMALIZED, sweep, pair, RUNS, [TIMES.Metric.iloc[0]], name="sweep-normalized"))',
     "04": KEEP + 'print(keep_table(RAW_BY_HAND, ck.stream_after, BY_HAND_CONFIGS, 20, [TIME], name="stream_after-raw"))',
