@@ -357,7 +357,7 @@ def test_roof_table_turns_durations_into_bandwidth_and_flop_rates(nb, rk):
     assert t.loc["y = addcmul(x, w, v)", "mean"] == pytest.approx(4 * 960 * 2**20 / avg["y = addcmul(x, w, v)"])
     assert t.loc["fp16 matmul", "mean"] == pytest.approx(2 * 8192**3 / avg["fp16 matmul"] / 1e3)
     assert t.loc["fp16 matmul", "datasheet"] == 989.4 and t.loc["x.sum()", "datasheet"] == H200_SHEET.mem_bandwidth_gbs.value
-    assert set(t.unit) == {"GB/s", "TFLOP/s"} and (t["% of it"] < 100).all()
+    assert set(t.unit) == {"GB/s", "TFLOP/s"} and (t["% of sheet"] < 100).all()
     r = table.set_index("Annotation").loc["x.sum()"]
     half = stats.t.ppf(0.975, r.NumRuns - 1) * r.StdDev / np.sqrt(r.NumRuns)
     assert t.loc["x.sum()", "±"] == pytest.approx(t.loc["x.sum()", "mean"] * half / r.AvgValue)
@@ -716,7 +716,8 @@ def test_section_5_answers_the_three_questions_from_counters_and_measures_fusion
     assert "tensor pipe up: True; DRAM traffic down: True; fused: True" in out
     assert re.search(r"math attention, 16-bit -> flash attention: [\d,]+ -> [\d,]+ us, -\d+ % \(beyond the band\)", out)
     assert re.search(r"math attention, fp32 -> math attention, 16-bit: .* \(beyond the band\)", out)
-    assert re.match(r"flash attention: \d+\.\dx faster, \d+x fewer bytes", result["records"]["5"].result)
+    assert re.match(r"flash attention: \d+\.\dx faster than math attention, 16-bit, beyond the band",
+                    result["records"]["5"].result)
 
 
 def test_a_held_clock_is_said_in_section_1(tmp_path, monkeypatch, capsys):

@@ -22,7 +22,7 @@
 # | compute-bound | FLOP rate at least `BOUND_AT` % of its compute roof at the clock it ran | change precision (a faster roof), or cut FLOPs |
 # | memory-bound | DRAM bytes per second at least `BOUND_AT` % of the memory roof | cut bytes: fuse with its neighbours, smaller types |
 # | …, at the roof | within the run-to-run band of its roof | as fast as the roof's own kernel: change the work, not the kernel |
-# | neither | below `BOUND_AT` % of both: latency, instruction issue or synchronisation sets its time | the counters say which: raise occupancy, overlap, or cut instructions |
+# | neither | below `BOUND_AT` % of both: latency, instruction issue or synchronisation sets its time | the counters say which: raise occupancy, overlap, cut instructions, or a kernel made for this GPU's tensor cores |
 # | … or neither | within the band of the `BOUND_AT` line: another run could move it across | measure again before acting on it |
 # | bound on the ridge | its intensity within a factor `RIDGE` of the ridge point: the side is not decided | either remedy |
 # | bound op by op | several kernels, each judged on its own: the times the roofline allows them, added | fuse the operations |
@@ -234,14 +234,14 @@ print(f"in t us it reaches 100 x {1e6 * max(flops / P, moved / W):.1f} / t % of 
 #
 # The datasheet gives the peaks, looked up by your GPU's name. A compute peak is SMs × FLOP per
 # SM per cycle × the clock the datasheet assumes (the H100 and H200 datasheets state their
-# tensor peaks at 1,830 MHz, a datasheet fact, below the highest clock); section 2 prints that
-# FLOP per cycle. We also
-# *measure* the roofs, ten runs each: **bandwidth** from streams over buffers up to 16× larger
-# than L2 with four read:write mixes (`x.sum()` is a reduction, blocks summing slices: how fast
-# PyTorch's reduction reads), the fastest of them being the memory roof; **compute** from one
-# large matmul per precision (fp32 on CUDA cores, PyTorch's default: no TF32). The check: no
-# roof above the hardware's peak -- the datasheet's FLOP/s, and for bandwidth the device's own
-# `2 × memory clock × bus width / 8` (NVML reports both; a datasheet rounds its bandwidth).
+# tensor peaks at a datasheet clock of 1,830 MHz, below the highest); section 2 prints that FLOP
+# per cycle.
+# We also *measure* the roofs, ten runs each: **bandwidth** from streams over buffers up to 16×
+# larger than L2 with four read:write mixes (`x.sum()` is a reduction, blocks summing slices:
+# how fast PyTorch's reduction reads), the fastest of them being the memory roof; **compute**
+# from one large matmul per precision (fp32 on CUDA cores, PyTorch's default: no TF32). The
+# check: no roof above the hardware's peak -- the datasheet's FLOP/s, and for bandwidth the
+# device's own `2 × memory clock × bus width / 8` (NVML reports both; a datasheet rounds).
 #
 # This section asks for durations only, the one metric both backends give, and the CUPTI backend
 # measures no clock: the cell samples NVML's SM clock while the roofs run. That is NVML's reading
@@ -255,7 +255,9 @@ print(f"in t us it reaches 100 x {1e6 * max(flops / P, moved / W):.1f} / t % of 
 # [run-to-run band](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#run-to-run-band)
 # with notebook 03's `run_to_run_pct` (the shift between the two batches plus its 95 % Welch
 # half-width); the largest is this run's band. No verdict below ranks two numbers closer than
-# it, and a kernel within it of a line is said to be so.
+# it, and a kernel within it of a line is said to be so. The band comes from large kernels: one
+# of a few microseconds (the smallest operations of section 3) can move more between runs, so a
+# verdict near a line for such a kernel deserves a second run before you act on it.
 
 
 # %%
@@ -270,7 +272,7 @@ def roof_table(table, stream_bytes, m, sheet) -> pd.DataFrame:
     peaks = [sheet.peak_tflops(n.split()[0]) for n in t.index[~stream]] if sheet else []
     out["datasheet"] = np.where(stream, sheet.mem_bandwidth_gbs.value, 0) if sheet else np.nan
     out.loc[~stream, "datasheet"] = [p.value for p in peaks] or np.nan
-    out["% of it"] = 100 * out["mean"] / out.datasheet
+    out["% of sheet"] = 100 * out["mean"] / out.datasheet
     return out
 
 
@@ -310,15 +312,15 @@ with nt.section("1. This GPU's roofs: datasheet and measured") as s:
 #
 # A roof measured in FLOP per second holds only at the clock its kernel ran. The GPU picks its
 # clock from its power and temperature, and a profiler's own rules (notebook 04) change it too:
-# the same cuBLAS matmul can run a fifth slower a few seconds later, and a GPU whose clock is
-# held lower (notebook 01's banner says so) moves every FLOP rate. A **FLOP per cycle** does not
-# move with the clock. So this section measures, with Nsight Compute and under the same rules
-# as every kernel here, the roof matmuls again, this time with their cycles: each compute roof
-# becomes FLOPs over SM cycles (`gpc__cycles_elapsed.avg.per_second` × duration), and each
-# kernel is judged against `FLOP per cycle × the SM clock it ran`. DRAM has a clock of its own,
-# which the SM clock does not move: the memory roof becomes bytes per DRAM cycle (section 1's
-# GB/s over the DRAM clock Nsight Compute measured during `x * 2`, the same stream kernel), and
-# each kernel's memory roof is that times its own DRAM clock.
+# the same cuBLAS matmul runs slower once the GPU is warm (notebook 08), and a GPU whose clock
+# is held lower (the setup cell's banner says so) moves every FLOP rate. A **FLOP per cycle**
+# does not move with the clock. So this section measures the roof matmuls again, with Nsight
+# Compute and under the same rules as every kernel here, this time with their cycles: each
+# compute roof becomes FLOPs over SM cycles (`gpc__cycles_elapsed.avg.per_second` × duration),
+# and each kernel is judged against `FLOP per cycle × the SM clock it ran`. DRAM has a clock of
+# its own, which the SM clock does not move: the memory roof becomes bytes per DRAM cycle
+# (section 1's GB/s over the DRAM clock Nsight Compute measured during `x * 2`, the same stream
+# kernel), and each kernel's memory roof is that times its own DRAM clock.
 #
 # The first table sets each roof per cycle beside the datasheet's (its peak over the clock it
 # states). The second judges every kernel against the roof of **its own precision and unit**,
@@ -372,7 +374,8 @@ def kernel_model(n_mm, n_vec, rows, m, precisions, b, h, s, dh, half, fused, e=2
 def flops_of(model: dict, name: str) -> tuple:
     """FLOPs and roof of an annotation, or of one operation of a region run op by op."""
     region, _, op = name.partition(": ")
-    return model[region][3].get(op.split()[-1], (0, "fp32")) if op else model[name][::2][:2]
+    flops, _, roof, *by_op = model[region]  # by_op: the math paths' FLOPs by operation
+    return by_op[0].get(op.split()[-1], (0, "fp32")) if op else (flops, roof)
 
 
 def sheet_per_cycle(p: str, sheet=ENV.datasheet) -> float:
@@ -478,7 +481,7 @@ with nt.section("2. Each kernel against its roof, at the clock it ran") as s:
     per = pd.DataFrame({"TFLOP/s, sec. 1": pd.Series(roofs)[PRECISIONS], "MHz": mats[CLOCK] / 1e6})
     per["FLOP/cycle"] = 2 * M_ROOF**3 / (mats[TIME] / 1e9 * mats[CLOCK])
     per["datasheet's"] = [sheet_per_cycle(p) for p in PRECISIONS]
-    per["% of it"] = 100 * per["FLOP/cycle"] / per["datasheet's"]
+    per["% of sheet"] = 100 * per["FLOP/cycle"] / per["datasheet's"]
     print(per.to_string(float_format=fmt, na_rep="-"))
     dram = MEASURED[DRAM_CLOCK] / 1e6  # DRAM's clock, during each kernel
     PER_CYCLE = {**per["FLOP/cycle"], "memory": roofs["memory"] * 1e3 / dram["x * 2"]}
@@ -492,20 +495,21 @@ with nt.section("2. Each kernel against its roof, at the clock it ran") as s:
     s.result = "; ".join(f"{n}: {r.verdict} ({r['% of roof']:.0f} %)" for n, r in three.iterrows())
 
 # %% [markdown]
-# ## 3. Transformer operations on the roofline
+# ## 3. Transformer operations on the roofline, op by op
 #
 # The Nsight guide this series follows classifies a Transformer's operations: the QKV
 # projection compute-bound (a GEMM on tensor cores), the attention softmax memory- or
 # latency-bound, and FlashAttention fast because it never writes the [batch, heads, seq, seq]
-# scores to DRAM. We check each, from the table section 2 measured.
+# scores to DRAM. Section 2's table judged each of them; this section opens the math paths,
+# which launch many kernels, and checks the counts behind every verdict.
 #
 # | operation | FLOPs | bytes the formula counts (e bytes per 16-bit element) | roof |
 # |---|---|---|---|
 # | QKV projection `[b·s, d] @ [d, 3d]` | 2 · b·s · d · 3d | e · (b·s·d + d·3d + b·s·3d) | its 16-bit precision |
 # | attention softmax over `[b, h, s, s]` | 5 · b·h·s² | e · 2 · b·h·s² | fp32 (CUDA cores) |
-# | attention, fused (flash, or PyTorch's default) | 4 · b·h·s²·dh + 5 · b·h·s² | e · 4n: q, k, v, output (n = b·h·s·dh) | 16-bit |
-# | attention, math, kept in 16 bit | the same | e · 8n + (7e + 2) · b·h·s² | op by op |
-# | attention, math, upcast to fp32 | the same | (4e + 48) · n + (34 + e) · b·h·s² | op by op |
+# | flash attention, PyTorch's default attention (fused) | 4 · b·h·s²·dh + 5 · b·h·s² | e · 4n: q, k, v, output (n = b·h·s·dh) | 16-bit |
+# | math attention, 16-bit | the same | e · 8n + (7e + 2) · b·h·s² | op by op |
+# | math attention, fp32 (upcast) | the same | (4e + 48) · n + (34 + e) · b·h·s² | op by op |
 #
 # **The math path, counted as PyTorch runs it.** Per score, kept in 16 bit: QKᵀ writes it (e),
 # PyTorch's *safe* softmax reads and writes it (2e), compares it with −∞ (reads e, writes a
@@ -520,7 +524,9 @@ with nt.section("2. Each kernel against its roof, at the clock it ran") as s:
 # gives each operation its time, bytes and clocks; its FLOPs are the formula's, by operation
 # (`2·b·h·s²·dh` to each `bmm`, against the region's GEMM roof; `5·b·h·s²` to `_safe_softmax`,
 # fp32; none to casts and scalings). The time the roofline allows the region is the sum of what
-# it allows each operation. The checks: the op-by-op run launches the region's very kernels and
+# it allows each operation (`allowed us`, each at its own clocks); `time` is an operation's share
+# of the region's time, `score` its DRAM bytes per attention score. The checks: the op-by-op run
+# launches the region's very kernels and
 # names every operation given FLOPs as often as the formula counts it; measured bytes lie at
 # most one L2 per kernel below the formula and at most `UPPER` times above it (a GEMM re-reads
 # the tiles its L2 cannot keep, so the two plain GEMMs are held to the lower side only).
@@ -528,7 +534,7 @@ with nt.section("2. Each kernel against its roof, at the clock it ran") as s:
 # 7.5) the notebook measures the memory-efficient backend instead, named as such.
 
 # %%
-with nt.section("3. Transformer ops on the roofline, op by op") as s:
+with nt.section("3. Transformer operations, op by op") as s:
     ENV.require("profiler")
     lim, model, biggest = nt.needs(LIMITS, section="2"), kernel_model(*CONFIG), []
     for region in (rk.MATH_FP32, rk.MATH_HALF):
@@ -555,7 +561,8 @@ with nt.section("3. Transformer ops on the roofline, op by op") as s:
 # ## 4. Why not at a roof: the counters behind each verdict
 #
 # A kernel below both roofs is limited by something else, and Nsight Compute counts what. The
-# table sets each kernel (and each operation of the math paths) beside: the tensor pipe busy (%
+# table sets each kernel (and each operation with at least 5 % of its math path's time) beside:
+# its SM cycles, the tensor pipe busy (%
 # of its peak over the cycles the SMs were active: HMMA and, on Hopper, `wgmma` work), the
 # achieved **occupancy** (warps resident, as a % of the most an SM holds), the issue slots used
 # (how often a scheduler issued an instruction), and the **top warp-stall reason**: of Nsight
@@ -567,6 +574,8 @@ with nt.section("3. Transformer ops on the roofline, op by op") as s:
 # `drain` stores at exit, `gmma` (Hopper only) `wgmma` results. These metric names were checked on
 # an H200 with Nsight Compute 2025.3.1; `ncu --query-metrics` lists what your GPU has, and a
 # name it lacks stops the measurement with an error that names it.
+#
+# Below the table, each verdict with the next step it points to (the legend at the top).
 #
 # The clock tells one more thing. A kernel limited by DRAM takes as many microseconds whatever
 # the SM clock; one limited inside the SMs takes about as many *cycles* (`k cycles`, time × SM
@@ -635,8 +644,7 @@ with nt.section("5. Flash vs math attention: three questions, fusion measured") 
     saved = math16.us - flash.us
     say(f"fusion saves at least the bytes it does not move: {least:,.0f} us; it saved {saved:,.0f}")
     nt.claim(saved >= least and saved > BAND * math16.us / 100, "it saved that, beyond the band")
-    fewer = math16["DRAM MB"] / flash["DRAM MB"]
-    s.result = f"{fused}: {math16.us / flash.us:.1f}x faster, {fewer:.0f}x fewer bytes"
+    s.result = f"{fused}: {math16.us / flash.us:.1f}x faster than {rk.MATH_HALF}, beyond the band"
 
 # %% [markdown]
 # ## 6. The roofline plot
@@ -647,8 +655,9 @@ with nt.section("5. Flash vs math attention: three questions, fusion measured") 
 # The short dash above each point marks that roof *at the clock the kernel ran*: the FLOP rate
 # `F / allowed time` the roofline allows it. The gap between point and dash is its % of roof.
 # The coloured lines are the roofs measured in section 2, at the clock their matmuls ran; the
-# thin grey lines the datasheet's. The check: no kernel beats the hardware -- none above the
-# datasheet's FLOP per cycle at its clock, none above the device's own DRAM peak.
+# thin grey lines the datasheet's. The legend names each numbered point with its % of roof. The
+# check: no kernel beats the hardware -- none above the datasheet's FLOP per cycle at its clock,
+# none above the device's own DRAM peak.
 
 
 # %%
@@ -703,9 +712,11 @@ with nt.section("6. The roofline plot") as s:
 # - A region of several kernels is judged op by op; one point for its totals lands below both
 #   roofs and says nothing.
 # - "Neither" is a diagnosis to finish: the tensor pipe, occupancy and the top stall reason
-#   say whether to raise occupancy, overlap, or cut instructions.
+#   say whether to raise occupancy, overlap, cut instructions, or change the kernel.
+# - A difference is real only beyond the run-to-run band, measured in this run (two calls of
+#   the same kernels), not assumed.
 # - A fused kernel is judged by three questions from counters (tensor pipe, DRAM bytes, kernel
-#   count), and its gain is real only beyond the run-to-run band.
+#   count); the roofline says the least it should save, the measurement what it saved.
 #
 # ## Try it
 #
