@@ -17,7 +17,7 @@ spec = importlib.util.spec_from_file_location("keep_fixtures", ROOT / "scripts" 
 keep_fixtures = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(keep_fixtures)
 
-STEMS = {"04": "04_cache_and_clock_control", "05": "05_precision_sweeps", "06": "06_roofline", "08": "08_collectors_and_thermal", "09": "09_cupti_vs_ncu",
+STEMS = {"03": "03_run_counts", "04": "04_cache_and_clock_control", "05": "05_precision_sweeps", "06": "06_roofline", "08": "08_collectors_and_thermal", "09": "09_cupti_vs_ncu",
          "10": "10_keeping_the_evidence"}
 
 
