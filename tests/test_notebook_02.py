@@ -241,6 +241,12 @@ def test_section_3_under_cupti_gives_nvmls_reading_during_the_profile_said_as_su
     assert nt.result == "50.3 TFLOP/s = 75% of the fp32 datasheet (1,980 MHz), 75% at the 1,980 MHz it ran near"
 
 
+def test_section_3_without_an_nvml_reading_gives_the_datasheet_percent_only_and_says_why():
+    nt, printed, _, ns = run_section_3("cupti", None)
+    assert ns["RAN_MHZ"] is None and "NVML read nothing during the profile" in printed
+    assert nt.result == "50.3 TFLOP/s = 75% of the fp32 datasheet"
+
+
 def test_section_3_under_nsight_compute_measures_the_clock_and_says_a_held_one():
     held = ClockState("held", (1500, 1500), 1980)
     nt, printed, asked, ns = run_section_3("ncu", (1500, 1500, 1500), clock=held, kernel_mhz_hz=1.5e9)

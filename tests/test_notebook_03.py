@@ -458,3 +458,63 @@ def test_two_gpu_runs_give_band_verdicts_that_agree():
         ns = run_sections(raw, raw100, 3, 4, 7)[2]
         verdicts.append(dict(zip(ns["table"].kernel, ns["table"].verdict)))
     assert all(agree(verdicts[0][k], verdicts[1][k]) for k in verdicts[0]), verdicts
+
+
+# --- sections 1 and 2 on nsight-shaped tables ---------------------------------------------------
+
+def aggregated(raw: pd.DataFrame) -> pd.DataFrame:
+    """nsight-python's to_dataframe() of raw runs, by its rule (transformation.py): mean, n-1 sd, mean +/- 1.96
+    sd / sqrt(n), RSD, RSD < 2."""
+    rows = []
+    for (annotation, n), g in raw.groupby(["Annotation", "n"], sort=False):
+        v = g.Value.to_numpy(dtype=float)
+        mean, sd, k = v.mean(), v.std(ddof=1), len(v)
+        rows.append({"Annotation": annotation, "n": n, "Metric": "gpu__time_duration.sum", "AvgValue": mean,
+                     "StdDev": sd, "MinValue": v.min(), "MaxValue": v.max(), "NumRuns": k,
+                     "CI95_Lower": mean - 1.96 * sd / math.sqrt(k), "CI95_Upper": mean + 1.96 * sd / math.sqrt(k),
+                     "RelativeStdDevPct": 100 * sd / mean, "StableMeasurement": 100 * sd / mean < 2,
+                     "Kernel": "vectorized_elementwise_kernel"})
+    return pd.DataFrame(rows)
+
+
+def test_sections_1_and_2_on_nsight_shaped_tables_print_at_most_8_columns_and_hold_their_claims(tmp_path, monkeypatch):
+    """SYNTHETIC raw runs written as nsight-python's output_csv files, and its aggregated table, stand in for the
+    profiles: section 1 reads the raw CSVs back, section 2 recomputes every aggregate from them."""
+    raw, raw100 = session(12)
+    monkeypatch.chdir(tmp_path)
+    keep = ["Annotation", "n", "Value"]
+    raw[raw.Annotation == "vector add"][keep].to_csv("x20_profiled_data-add_vectors-0.csv", index=False)
+    raw[raw.Annotation == "matmul"][keep].to_csv("x20_profiled_data-matmul-0.csv", index=False)
+    raw100[keep].to_csv("x100_profiled_data-add_vectors-0.csv", index=False)
+
+    def kernel(**settings):
+        def wrap(func):
+            frame = raw100 if settings["runs"] == 100 else raw[raw.Annotation == (
+                "matmul" if func.__name__ == "matmul" else "vector add")]
+            return lambda *args, configs=None: SimpleNamespace(to_dataframe=lambda: aggregated(frame))
+        return wrap
+
+    nb = functions(STEM, "t95", "label", "raw_runs", np=np, pd=pd, stats=stats, glob=__import__("glob"),
+                   os=__import__("os"))
+    namespace = dict(vars(nb), np=np, pd=pd, torch=None, SIZES=SIZES, MATMUL_N=2048, OUT="", SILENT=None,
+                     add=None, ENV=SimpleNamespace(require=lambda what: None, backend="cupti"),
+                     nsight=SimpleNamespace(analyze=SimpleNamespace(kernel=kernel), annotate=None))
+    printed, claims = io.StringIO(), []
+    for number in (1, 2):
+        namespace["nt"] = nt = Notebook()
+        nt.show = staticmethod(nt_show)
+        with contextlib.redirect_stdout(printed):
+            exec(compile(section_code(number), f"section {number}", "exec"), namespace)
+        claims += nt.claims
+    assert len(claims) == 4 and all(ok for ok, _, _ in claims), claims
+    lines = printed.getvalue().splitlines()
+    header = next(line for line in lines if line.strip().startswith("kernel"))
+    assert len(header.split()) <= 8 and max(len(line) for line in lines) <= 120, printed.getvalue()
+    assert len(namespace["RAW100"]) == 200 and len(namespace["RAW"]) == 60
+
+
+def nt_show(df, cols, scale=None, fmt="{:,.2f}"):
+    """nt.show, as the package prints it."""
+    from nspy_tutorial.display import show
+
+    show(df, cols, scale, fmt)

@@ -358,9 +358,13 @@ with nt.section("3. Read the row: columns, TFLOP/s by hand, and the clock") as s
         RAN_MHZ = float(rows_of(clocked(N)).iloc[0]["AvgValue"]) / 1e6
         how = "measured by Nsight Compute (gpc__cycles_elapsed.avg.per_second)"
     else:
-        RAN_MHZ = during.mhz[0] if during.mhz else None
-        low, high = during.mhz[1:] if during.mhz else (None, None)
+        RAN_MHZ, low, high = during.mhz or (None, None, None)
         how = f"NVML's reading during the profile ({low}-{high} MHz; CUPTI does not measure it)"
+        how = (
+            how
+            if RAN_MHZ
+            else "NVML read nothing during the profile, and CUPTI does not measure it"
+        )
     peak = ENV.datasheet.fp32_tflops if ENV.datasheet else None
     if peak is None or peak.value is None:
         print("  this GPU's fp32 peak is not in the datasheet table: no % of peak")
