@@ -14,7 +14,7 @@ from nspy_tutorial import card
 from nspy_tutorial.sections import SectionRecord
 
 ROOT = Path(__file__).resolve().parents[1]
-NO_GPU_RUN = ROOT / "tests" / "fixtures" / "card" / "no-gpu-results.json"
+NO_GPU_RUN = ROOT / "tests" / "fixtures" / "card" / "no-gpu" / "results.json"
 GPU_REASON = ("needs a GPU: no NVIDIA driver or GPU found (NVMLError_LibraryNotFound: NVML Shared Library Not "
               "Found)")
 GPU_REMEDY = "run on a machine with an NVIDIA GPU and its driver, or open the notebook in Colab with a T4 runtime"

@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 GLOSSARY = ROOT / "docs" / "glossary.md"
 GLOSSARY_URL = "https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md"
-LINK = re.compile(r"glossary\.md#([^)\s\"'>\]]*)")
+LINK = re.compile(r"glossary\.md#([^)\s\"'>\]`]*)")
 spec = importlib.util.spec_from_file_location("build_notebooks", ROOT / "scripts" / "build_notebooks.py")
 build_notebooks = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(build_notebooks)
