@@ -90,14 +90,14 @@ def rows_of(results) -> pd.DataFrame:
 #   per block limit how many fit.
 # - **[L2 cache](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#l2-cache)**: memory on the chip that every SM shares; data that fits there is not re-read
 #   from DRAM.
-# - **[DRAM bandwidth](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#dram-bandwidth)**: bytes per second between the GPU's memory and the chip: two transfers
+# - **[DRAM bandwidth](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#memory-bandwidth)**: bytes per second between the GPU's memory and the chip: two transfers
 #   per memory clock, times the bus width.
 # - **The SM clock**: every compute peak is stated at one clock; a kernel that runs slower or
 #   faster than that clock moves its ceiling with it (section 3).
 #
 # Nsight Compute has a counter for each. A throughput counter ends in
 # `.pct_of_peak_sustained_elapsed` or `.pct_of_peak_sustained_active` (the
-# [glossary](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#sustained-peak-elapsed-vs-active)):
+# [glossary](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#pct_of_peak_sustained_elapsed-vs-_active)):
 # *elapsed* divides what the unit did by what it could have done over the kernel's whole
 # duration; *active* only over the cycles in which the unit had work. A kernel that leaves
 # SMs idle scores lower on elapsed than on active; achieved occupancy is counted per active

@@ -151,7 +151,7 @@ with nt.section("1. Twenty runs: mean, median, spread and the stability flag") a
 #
 # The 1.96 is the normal distribution's 97.5 % point. With `NumRuns` runs the standard
 # deviation is itself estimated, and the right multiplier is [Student's
-# t](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#students-t) with
+# t](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#students-t-interval) with
 # `NumRuns − 1` degrees of freedom: larger, and much larger for a few runs. The cell prints
 # how much wider it makes the interval at 2, 5 and 20 runs, and both intervals side by side.
 
@@ -382,16 +382,16 @@ with nt.section("5. CI width against the number of runs") as s:
 # - **The timer's step** (section 3). When most runs read the same value the MAD is zero or
 #   nearly so, and the plan would say 2 runs whatever the kernel does. Two floors prevent that:
 #   the MAD counts as at least one step, and the spread as at least
-#   [h/√12](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#quantisation-noise),
+#   [h/√12](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#timer-step),
 #   the standard deviation a reading gains by being rounded to a step h (its rounding error
 #   spreads evenly over ±h/2).
 #
 # **How often.** Even with the right spread, `t(k−1) · RSD / √k ≤ p` only aims the *typical*
 # batch's interval at the target. Each batch estimates the spread afresh, and that estimate
 # scatters: with the fewest runs that reach the target, about half the batches come out wider.
-# The share of batches that meet the target is the plan's
-# [assurance](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#assurance)
-# (sample-size planning's word for it). For runs that scatter normally it has a formula:
+# The share of batches that meet the target is the plan's **assurance** (sample-size planning's
+# word for it: the probability that a planned batch achieves the precision it was planned for).
+# For runs that scatter normally it has a formula:
 # (k−1)·s²/σ² follows a chi-squared distribution with k−1 degrees of freedom, so the share of
 # batches whose half-width `t · s / √k` stays within p is `chi2.cdf((k−1) · k · (p / (t · RSD))², k−1)`.
 # `runs_needed` takes the fewest runs with the assurance you ask for; `plan_runs` does the whole
