@@ -57,7 +57,7 @@
 # | the math (`flop_count`, `byte_count`) | square, sum, scale, weight: 4n | read x and the weight, write y: 2e·n + e·f |
 # | eager PyTorch, as written | the same | eight kernels, each a pass over DRAM: about 36n (the cast to fp32 writes 4n, `pow` reads and writes 4n each, `mean` reads 4n, the scaling reads and writes 4n each, the cast back and the weight read 4n and write 2n, read 2n and write 2n) |
 #
-# So the eager version should move about 9× the bytes the math needs, far from the compute
+# So the eager version should move about nine times the bytes the math needs, far from the compute
 # roof (4n FLOPs on 36n bytes is about a ninth of a FLOP per byte): memory-bound, and a
 # fusion should cut its bytes. Section 1 shows what it really launches; section 4 measures
 # its bytes.
@@ -210,10 +210,10 @@ JUDGED = list(yk.SIZES)[-1]  # sections 2-5 judge the last size
 LAUNCHES = PILOT_RUNS = PLANNED = BATCHES = BAND = CACHES = COUNTERS = CLOCK_SEEN = None
 RULES = {}  # section -> whose rules measured its table, for the evidence folder
 CAUSES = {
-    "none": "your_function launched no GPU kernel when measured: it works on the CPU or returns a "
-    "result it kept (functools.cache); make every call compute on CUDA tensors",
-    "uneven": "your_function launched a different number of kernels from run to run (a cache, a "
-    "data-dependent branch); make every call launch the same kernels",
+    "none": "no GPU kernel ran when measured: your_function computes on the CPU or returns a kept "
+    "result (functools.cache); make each call compute on CUDA tensors",
+    "uneven": "the number of kernels changed from run to run (a cache, a data-dependent branch): "
+    "make each call launch the same kernels",
 }
 
 
@@ -320,10 +320,10 @@ def launched(call) -> pd.DataFrame:
         cause = refusal(exc)
         if cause is None:
             raise
-        first = str(exc).splitlines()[0]
-        raise YourFunctionError(f"{CAUSES[cause]} (nsight-python: {first})") from exc
+        said = str(exc).splitlines()[0]
+        raise YourFunctionError(f"{CAUSES[cause]}\nnsight-python said: {said}") from exc
     if table.empty:
-        raise YourFunctionError(f"{CAUSES['none']} (nsight-python returned an empty table)")
+        raise YourFunctionError(f"{CAUSES['none']}\nnsight-python returned an empty table")
     return table
 
 
