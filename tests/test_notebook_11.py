@@ -634,3 +634,74 @@ def test_the_kept_counters_hold_the_reader_function_and_both_roofs():
     assert {"roof: y = x * 2", "roof: matmul"} <= set(table.Annotation)
     assert {"dram__bytes.sum", "gpc__cycles_elapsed.avg.per_second"} <= set(table.Metric)
 
+
+
+# --- scripts/try_your_kernel.py: the notebook with another function in the reader's cell ----------------
+
+
+@pytest.fixture(scope="module")
+def try_script():
+    spec = importlib.util.spec_from_file_location("try_your_kernel",
+                                                  Path(__file__).parents[1] / "scripts" / "try_your_kernel.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def catalogue_cell(try_script, name: str) -> ModuleType:
+    module = ModuleType(f"your_kernel_{name}")
+    exec(compile(try_script.CATALOGUE[name], f"{name}.py", "exec"), module.__dict__)
+    return module
+
+
+@pytest.mark.parametrize("name, operations", [
+    ("softmax", ["_softmax"]),
+    ("gelu-eager", ["add", "mul", "pow", "mul", "add", "mul", "tanh", "add", "mul"]),  # 07's nine kernels
+])
+def test_each_catalogue_function_is_a_whole_reader_cell_and_runs_as_said(try_script, name, operations):
+    cell = catalogue_cell(try_script, name)
+    assert {"NAME", "SIZES", "CACHE", "PRECISION", "make_inputs", "your_function", "flop_count",
+            "byte_count"} <= set(vars(cell))
+    sizes = list(cell.SIZES.values())
+    inputs = (torch.randn(4, 8),) if name == "softmax" else (torch.randn(4, 8), torch.randn(8))
+    with Ops() as ops:
+        cell.your_function(*inputs)
+    assert ops.names == operations
+    assert cell.byte_count(*sizes[-1]) > 0
+
+
+def test_the_compiled_catalogue_entry_compiles_the_default_rmsnorm(try_script, monkeypatch, default_cell):
+    monkeypatch.setattr(torch, "compile", lambda function, dynamic: function)  # no compiler on this machine
+    cell = catalogue_cell(try_script, "rmsnorm-compiled")
+    x, w = torch.randn(4, 8, dtype=torch.bfloat16), torch.rand(8, dtype=torch.bfloat16)
+    assert torch.equal(cell.your_function(x, w), default_cell.your_function(x, w))
+    assert cell.byte_count(8192, 4096) == default_cell.byte_count(8192, 4096)
+
+
+def test_a_copy_differs_from_the_notebook_only_in_the_reader_cell(try_script):
+    import nbformat
+
+    notebook = nbformat.read(try_script.NOTEBOOK, as_version=4)
+    copy = try_script.with_function(notebook, "softmax")
+    changed = [i for i, (a, b) in enumerate(zip(notebook.cells, copy.cells)) if a.source != b.source]
+    assert len(changed) == 1 and copy.cells[changed[0]].source.startswith("%%writefile your_kernel.py\n")
+    assert 'NAME = "softmax over rows"' in copy.cells[changed[0]].source
+    assert try_script.with_function(notebook, "default").cells == notebook.cells
+
+
+def test_a_name_not_in_the_catalogue_is_a_usage_error(try_script, capsys):
+    assert try_script.main(["cublas"]) == 2
+    assert "not in the catalogue: cublas" in capsys.readouterr().err
+
+
+def test_the_script_runs_the_copy_strict_and_prints_every_section(try_script, tmp_path, monkeypatch, capsys):
+    """On this machine (no GPU) every GPU section is SKIPPED and the evidence zip is OK: exit 0."""
+    for variable in ("NSPY_TUTORIAL_STRICT", "NSPY_TUTORIAL_WORKDIR", "NSPY_TUTORIAL_RESULTS"):
+        monkeypatch.setenv(variable, "")  # put back after the script sets them
+    assert try_script.main(["softmax", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "== softmax" in out and "STOPPED" not in out
+    assert out.count("SKIPPED") == 5 and "OK       6. The evidence, zipped" in out
+    executed = tmp_path / "11_your_kernel--softmax.ipynb"
+    assert executed.exists() and "softmax over rows" in (tmp_path / "work" / "softmax" / "11_your_kernel"
+                                                         / "your_kernel.py").read_text()
