@@ -238,10 +238,8 @@ class YourFunctionError(Exception):
 
 def devices(value) -> set:
     """The device types ("cuda", "cpu") of the tensors in a tensor, tuple or list."""
-    if isinstance(value, (tuple, list)):
-        return set().union(*map(devices, value))
-    device = getattr(value, "device", None)
-    return {device.type} if device is not None else set()
+    items = value if isinstance(value, (tuple, list)) else [value]
+    return {item.device.type for item in items if hasattr(item, "device")}
 
 
 def device_problem(inputs, output=None) -> str | None:
@@ -294,14 +292,9 @@ def try_once(size: str) -> tuple[float, float]:
 
 def first_call(first: float, later: float) -> str:
     """What the first call's time says: it compiled or autotuned (far slower than the next), or not."""
-    if first > max(10 * later, 0.1):
-        return (
-            f"first call {first:.2f} s, the next {1e3 * later:.2f} ms: it compiles or autotunes on "
-            "first use (torch.compile does); each measured call follows an unmeasured one"
-        )
-    return (
-        f"first call {1e3 * first:.2f} ms, the next {1e3 * later:.2f} ms: no compile on first use"
-    )
+    slow = first > max(10 * later, 0.1)
+    why = "it compiles or autotunes on first use, unmeasured" if slow else "no compile on first use"
+    return f"first call {1e3 * first:,.1f} ms, the next {1e3 * later:,.2f} ms: {why}"
 
 
 def refusal(exc: Exception) -> str | None:
@@ -325,12 +318,6 @@ def launched(call) -> pd.DataFrame:
     if table.empty:
         raise YourFunctionError(f"{CAUSES['none']}\nnsight-python returned an empty table")
     return table
-
-
-def kernel_names(kernel_column: str) -> list[str]:
-    """One line per distinct kernel of a Kernel column (joined by '|'), with how often it ran."""
-    counts = Counter(nt.short_kernel_name(name) for name in kernel_column.split("|"))
-    return [f"{n} x {name}" if n > 1 else name for name, n in counts.items()]
 
 
 def per_size(table: pd.DataFrame, first: dict) -> pd.DataFrame:
@@ -414,8 +401,9 @@ with nt.section("1. What it launches: kernels per call, size by size") as s:
     RULES["1"] = nt.rules(ENV.backend, "none", "none")
     sizes = per_size(LAUNCHES, first)
     print(RULES["1"], sizes.to_string(float_format="{:,.2f}".format), sep="\n")
-    for size, column in LAUNCHES.set_index("size").Kernel.items():
-        print(f"  {size}:", *kernel_names(column), sep="\n    ")
+    for size, column in LAUNCHES.set_index("size").Kernel.items():  # each kernel, and how often
+        names = Counter(nt.short_kernel_name(kernel) for kernel in column.split("|"))
+        print(f"  {size}:", *(f"{n} x {name}" for name, n in names.items()), sep="\n    ")
     notes = [size_note(sizes.kernels), first_call(*first[JUDGED])]
     print("", *notes, sep="\n  ")
     PILOT_RUNS = raw
@@ -571,6 +559,12 @@ with nt.section("4. Where it sits on this GPU's roofline, and the next step") as
     print(RULES["4"])
     print(f"  {yk.NAME} at {JUDGED}: {yours[TIME] / 1e3:,.1f} us at {yours[CLOCK] / 1e6:,.0f} MHz")
     print(f"  {flops:.3g} FLOPs ({flops_from}), {yours[DRAM] / 1e6:,.0f} MB from DRAM ({moved})")
+    kernels = table[table.Annotation == yk.NAME].Kernel.iloc[0].count("|") + 1
+    nt.claim(
+        not need or yours[DRAM] >= need - kernels * ENV.facts.l2_bytes,
+        "the kernels move at least the bytes your count needs (less one L2 a kernel, still in L2)",
+        moved,
+    )
     # LEAD: reconcile with 06's @save names
     from nspy_tutorial.lessons import measured_roofs, placement
 
