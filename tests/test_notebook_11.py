@@ -283,6 +283,7 @@ def test_a_function_whose_kernel_count_varies_by_size_is_told_so_and_profiled_on
     out = capsys.readouterr().out
     assert records["1"].status == "OK"
     assert "kernels per call vary by size (2 at 256^3, 2 at 512^3, 1 at 1024^3, 1 at 2048^3" in out
+    assert "one call per size, as in notebook 05" in out
     pilots = [call for call in nsight.calls if call[3]["output_csv"]]  # section 1's pilots keep their raw runs
     assert [configs for _, configs, _, _ in pilots] == [[(size, "warm")] for size in yk.SIZES]  # one call per size
     assert all(settings["cache_control"] == "none" for _, _, _, settings in nsight.calls)
@@ -332,8 +333,8 @@ def test_a_function_that_raises_fails_section_1_with_its_error_and_where_to_fix_
         raise ValueError("mat1 and mat2 shapes cannot be multiplied (4096x1 and 8x8)")
     one = bad_input(tmp_path, monkeypatch, reader("broken", SIZE, function=broken))
     assert one.status == "FAILED"
-    assert one.reason == ("YourFunctionError: size '4096': ValueError: mat1 and mat2 shapes cannot be multiplied "
-                          "(4096x1 and 8x8) -- fix your cell (see the traceback)")
+    assert one.reason == ("YourFunctionError: your cell, size '4096': ValueError: mat1 and mat2 shapes cannot be "
+                          "multiplied (4096x1 and 8x8)")
 
 
 def test_a_function_that_returns_on_the_cpu_fails_saying_so(tmp_path, monkeypatch):
@@ -349,7 +350,7 @@ def test_inputs_on_the_cpu_or_on_two_devices_fail_before_the_function_runs(tmp_p
                 function=lambda *x: called.append(1))
     one = bad_input(tmp_path, monkeypatch, yk)
     assert one.status == "FAILED" and not called
-    assert f"make_inputs made tensors on {' and '.join(sorted(set(devices)))}: use device='cuda' for all" in one.reason
+    assert f"make_inputs made tensors on {' and '.join(sorted(set(devices)))}: make all on 'cuda'" in one.reason
 
 
 def test_a_function_that_needs_more_memory_than_is_free_is_skipped_with_the_remedy(tmp_path, monkeypatch):

@@ -2,7 +2,7 @@
 # # 11 · Your own kernel: the whole method on your function
 #
 # **What you will learn**
-# - how to put *your* PyTorch function through everything notebooks 02–10 taught, by editing
+# - how to put *your* PyTorch function through what notebooks 02–10 taught, by editing
 #   **one cell** and running the rest unchanged;
 # - what it launches (kernels per call and their names, size by size), how many runs give
 #   ±1 % at 95 %, which cache setting answers your question and what the GPU's clock was
@@ -49,18 +49,26 @@
 #
 # **The default: RMSNorm, by hand, in eager PyTorch.** A Transformer normalises every token's
 # features before each block: `y = weight · x / sqrt(mean(x²) + eps)` over the features, as
-# LLaMA's reference code writes it (in fp32, then back to bf16), on *t* tokens × *f* features
-# (n = t·f elements, e = 2 bytes each in bf16). Counted by hand:
+# LLaMA's reference code writes it (in fp32, then back to bf16), on *t* tokens × *f* features:
+# n = t·f elements of 2 bytes in, and as many out. Its math needs 4n FLOPs (square, sum, scale,
+# weight) and, at the least, 4n + 2f bytes: read x and the weight, write y -- `flop_count` and
+# `byte_count` below. Eager PyTorch runs it as eight kernels, each a pass over memory:
 #
-# | | FLOPs | DRAM bytes |
+# | kernel | reads (bytes) | writes (bytes) |
 # |---|---|---|
-# | the math (`flop_count`, `byte_count`) | square, sum, scale, weight: 4n | read x and the weight, write y: 2e·n + e·f |
-# | eager PyTorch, as written | the same | eight kernels, each a pass over DRAM: about 36n (the cast to fp32 writes 4n, `pow` reads and writes 4n each, `mean` reads 4n, the scaling reads and writes 4n each, the cast back and the weight read 4n and write 2n, read 2n and write 2n) |
+# | `x.to(torch.float32)` | 2n | 4n |
+# | `h.pow(2)` | 4n | 4n |
+# | `.mean(-1, keepdim=True)` | 4n | 4t |
+# | `+ eps`, then `torch.rsqrt` (two kernels) | 8t | 8t |
+# | `h * ...` (one value per row, broadcast) | 4n + 4t | 4n |
+# | `.to(x.dtype)` | 4n | 2n |
+# | `weight * ...` | 2n + 2f | 2n |
+# | **total** | **about 20n** | **about 16n**: about 36n bytes |
 #
-# So the eager version should move about nine times the bytes the math needs, far from the compute
-# roof (4n FLOPs on 36n bytes is about a ninth of a FLOP per byte): memory-bound, and a
-# fusion should cut its bytes. Section 1 shows what it really launches; section 4 measures
-# its bytes.
+# So the eager version should move about nine times the bytes the math needs, far left of
+# the compute roof (4n FLOPs on 36n bytes: about a ninth of a FLOP per byte): memory-bound,
+# and fusing the eight kernels into one should cut its bytes. Section 1 shows what it really
+# launches; section 4 measures its bytes.
 
 # %% writefile your_kernel.py
 """Your function: the one cell you edit. The notebook imports this file; the ncu command line runs it."""
@@ -122,9 +130,7 @@ from nsight import annotate
 STREAM, MATMUL = "roof: y = x * 2", "roof: matmul"
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 if yk.CACHE not in ("warm", "flushed") or yk.PRECISION not in DTYPES or not yk.SIZES:
-    problem = (
-        f"CACHE {yk.CACHE!r} (warm, flushed), PRECISION {yk.PRECISION!r} ({', '.join(DTYPES)})"
-    )
+    problem = f"CACHE {yk.CACHE!r} (warm, flushed), PRECISION {yk.PRECISION!r} (fp32, fp16, bf16)"
     raise ValueError(f"your cell: {problem}, {len(yk.SIZES)} SIZES (at least one)")
 
 
@@ -194,9 +200,8 @@ hk = importlib.reload(hk)
 SILENT = nsight.VerbosityLevel.SILENT
 TIME, DRAM = "gpu__time_duration.sum", "dram__bytes.sum"
 CLOCK = "gpc__cycles_elapsed.avg.per_second"  # the clock a kernel ran at: its cycles over its time
-TENSOR = (
-    "sm__inst_executed_pipe_tensor.sum"  # tensor-core instructions: no counter below counts them
-)
+# tensor-core instructions, whose FLOPs no counter below counts
+TENSOR = "sm__inst_executed_pipe_tensor.sum"
 # thread instructions per precision (f, h, d: fp32, fp16, fp64): add and multiply one FLOP, FMA two
 OPS = {
     f"smsp__sass_thread_inst_executed_op_{p}{op}_pred_on.sum": 2 if op == "fma" else 1
@@ -246,9 +251,7 @@ def device_problem(inputs, output=None) -> str | None:
     """What is wrong with where the inputs (and the output) live, or None."""
     found, out = devices(inputs), devices(output) - {"cuda"}
     if found - {"cuda"}:
-        return (
-            f"make_inputs made tensors on {' and '.join(sorted(found))}: use device='cuda' for all"
-        )
+        return f"make_inputs made tensors on {' and '.join(sorted(found))}: make all on 'cuda'"
     if out:
         return (
             f"your_function returned a tensor on the {out.pop()}: it computed there or copied its "
@@ -280,10 +283,7 @@ def try_once(size: str) -> tuple[float, float]:
         ) from exc
     except Exception as exc:
         line = (str(exc).strip().splitlines() or [""])[0]
-        message = (
-            f"size {size!r}: {type(exc).__name__}: {line} -- fix your cell (see the traceback)"
-        )
-        raise YourFunctionError(message) from exc
+        raise YourFunctionError(f"your cell, size {size!r}: {type(exc).__name__}: {line}") from exc
     problem = device_problem(inputs, output)
     if problem:
         raise YourFunctionError(f"size {size!r}: {problem}")
@@ -336,9 +336,7 @@ def size_note(kernels: pd.Series) -> str:
     if kernels.nunique() == 1:
         return f"{kernels.iloc[0]} kernel(s) per call at every size"
     counts = ", ".join(f"{n} at {size}" for size, n in kernels.items())
-    return (
-        f"kernels per call vary by size ({counts}): one call per size (notebook 05) measured each"
-    )
+    return f"kernels per call vary by size ({counts}): one call per size, as in notebook 05"
 
 
 def batch(row: pd.Series) -> tuple[float, float, int]:
@@ -419,14 +417,17 @@ with nt.section("1. What it launches: kernels per call, size by size") as s:
 # [median absolute deviation](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#mad),
 # with a floor of the [timer step](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#timer-step):
 # durations come in whole steps of the GPU's timer), and the fewest runs whose 95 %
-# Student-t interval of the mean reaches ±1 %. The plan is then **tried**: one call with
+# interval of the mean reaches ±1 % (with
+# [Student's t](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#students-t),
+# which widens the interval for few runs, as the spread is itself estimated). The plan is
+# then **tried**: one call with
 # that many runs, whose interval the cell prints against the target. A plan describes one
 # batch, so a **second batch** follows, a call later: the
 # [run-to-run band](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#run-to-run-band)
 # -- how far the second mean lies from the first, plus the 95 % half-width of that shift
 # ([Welch](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#welchs-t-test):
-# each batch keeps its own spread) -- is the smallest difference this notebook will call
-# real (section 3).
+# each batch keeps its own spread) -- is the least a difference must exceed before this
+# notebook calls it real (section 3).
 
 # %%
 with nt.section("2. How many runs: 03's plan for 1 %, tried, and a second batch") as s:
@@ -651,14 +652,15 @@ with nt.section("6. The evidence, zipped") as s:
 # - Say which cache state your number is for (a loop, or a cold start) and what the clock
 #   was doing.
 # - Place it on the roofline with measured bytes and the clock it ran at: the verdict names
-#   the next step. For the default, eager RMSNorm, the kernels move several times the bytes
-#   the math needs: fuse it.
+#   the next step. Where the kernels move several times the bytes your count needs, that
+#   step is to fuse them: section 4 prints the ratio for the default's eight kernels.
 #
 # ## Try it
 #
-# - Fuse the default: wrap it as `your_function = torch.compile(rms_norm)` in your cell (the
-#   first call compiles, unmeasured, and section 1 says so), then run every cell again: the
-#   kernels, the bytes and the verdict change.
+# - Fuse the default: in your cell, rename `your_function` to `rms_norm` and add
+#   `your_function = torch.compile(rms_norm, dynamic=False)` below it (the first call
+#   compiles, unmeasured, and section 1 says so), then run every cell again: the kernels,
+#   the bytes and the verdict change.
 # - Put your own model's hot function in the cell, with the shapes it really runs at.
 #
 # **Docs:** [nsight-python](https://docs.nvidia.com/nsight-python/) ·
