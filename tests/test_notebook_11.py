@@ -27,6 +27,7 @@ import json
 import re
 import shutil
 import sys
+import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -176,7 +177,7 @@ def run_notebook(tmp_path, monkeypatch, yk, nsight, counters=None, torch_module=
     NAME[0] = yk.NAME
     fake_cli = SimpleNamespace(nsight_table=lambda script, func, **settings: counters(settings))
     namespace = dict(nt=nt, ENV=environment(tmp_path), nsight=nsight, torch=torch_module or fake_torch(), yk=yk,
-                     hk=HARNESS, np=np, pd=pd, stats=stats, re=re, json=json, shutil=shutil, time=time,
+                     hk=HARNESS, np=np, pd=pd, stats=stats, re=re, json=json, shutil=shutil, time=time, textwrap=textwrap,
                      Counter=Counter, Path=Path, importlib=importlib, clock=clock, evidence=evidence, ncu_cli=fake_cli,
                      run_to_run_pct=run_to_run_pct, welch_shift=welch_shift)
     for cell in code_cells():
@@ -507,7 +508,7 @@ def test_section_4_reads_flops_bytes_and_the_clock_from_the_counters_on_a_synthe
     records, ns = run_notebook(tmp_path, monkeypatch, yk, FakeNsight(kernels, times),
                                counters=counters_table(yk, kernels[list(sizes)[0]], by[TIME], dram))
     out = capsys.readouterr().out
-    assert "measured by the ncu command line, launch mode on a separate script" in out
+    assert "measured by the ncu command line, launch mode on a separate script" in out.replace("\n", " ")
     assert f"{12 * n:.3g} FLOPs (the instruction counters)" in out  # 4 FADD + 2 FMUL + 2 x 3 FFMA per element
     assert f"{dram / (8 * n):.1f}x the bytes your count needs" in out
     assert "at 1,980 MHz" in out  # nine kernels at 1,980 MHz: the clock is weighted, not added

@@ -178,6 +178,7 @@ import importlib.util
 import json
 import re
 import shutil
+import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -398,7 +399,7 @@ with nt.section("1. What it launches: kernels per call, size by size") as s:
     LAUNCHES = pd.concat(tables, ignore_index=True)
     RULES["1"] = nt.rules(ENV.backend, "none", "none")
     sizes = per_size(LAUNCHES, first)
-    print(RULES["1"], sizes.to_string(float_format="{:,.2f}".format), sep="\n")
+    print(textwrap.fill(RULES["1"], 118), sizes.to_string(float_format="{:,.2f}".format), sep="\n")
     for size, column in LAUNCHES.set_index("size").Kernel.items():  # each kernel, and how often
         names = Counter(nt.short_kernel_name(kernel) for kernel in column.split("|"))
         print(f"  {size}:", *(f"{n} x {name}" for name, n in names.items()), sep="\n    ")
@@ -447,7 +448,7 @@ with nt.section("2. How many runs: 03's plan for 1 %, tried, and a second batch"
     half = 100 * stats.t.ppf(0.975, a[2] - 1) * a[1] / np.sqrt(a[2]) / a[0]  # Student t, % of mean
     RULES["2"] = nt.rules(ENV.backend, "none", "none")
     cap = f" (capped at {MAX_RUNS})" if planned > MAX_RUNS else ""
-    print(RULES["2"])
+    print(textwrap.fill(RULES["2"], 118))
     print(f"  robust spread {spread:.2f} %, timer step {step:.0f} ns -> {planned} runs{cap}")
     met = "met" if half <= TARGET else "missed"
     print(f"  tried: {a[0] / 1e3:,.2f} us +/-{half:.2f} % (95 %, Student t): {met} the target")
@@ -491,7 +492,7 @@ with nt.section("3. Caches and clocks: the setting, the clock, the time at both"
         CACHES = launched(caches)
     CLOCK_SEEN = sampler.mhz
     RULES["3"] = nt.rules(ENV.backend, "none", "none")
-    print(RULES["3"] + "; the flush by hand, in run_your_kernel.measured")
+    print(textwrap.fill(RULES["3"] + "; the flush by hand, in run_your_kernel.measured", 118))
     times = CACHES[CACHES.Metric == TIME].set_index("cache")
     warm, flushed = (batch(times.loc[c]) for c in ("warm", "flushed"))
     words, reading = verdict(warm, flushed, BAND)
@@ -557,7 +558,7 @@ with nt.section("4. Where it sits on this GPU's roofline, and the next step") as
     flops, flops_from = flops_of(yours, yk.flop_count(*yk.SIZES[JUDGED]))
     need = yk.byte_count(*yk.SIZES[JUDGED])
     moved = f"{yours[DRAM] / need:.1f}x the bytes your count needs" if need else "no byte_count"
-    print(RULES["4"])
+    print(textwrap.fill(RULES["4"], 118))
     print(f"  {yk.NAME} at {JUDGED}: {yours[TIME] / 1e3:,.1f} us at {yours[CLOCK] / 1e6:,.0f} MHz")
     print(f"  {flops:.3g} FLOPs ({flops_from}), {yours[DRAM] / 1e6:,.0f} MB from DRAM ({moved})")
     kernels = table[table.Annotation == yk.NAME].Kernel.iloc[0].count("|") + 1
