@@ -1,6 +1,6 @@
 """Keep the tables the CPU tests read (tests/fixtures/*.json) from a GPU run of the notebooks.
 
-    python scripts/keep_fixtures.py [--out tests/fixtures/run1] 04 06 07 08 09 10
+    python scripts/keep_fixtures.py [--out tests/fixtures/run1] 04 06 07 08 09 10 11
 
 The tests read two such folders, ``run1`` and ``run2``, kept by two separate GPU runs: a verdict
 a notebook prints must come out the same from both (``tests/notebook_code.fixture``).
@@ -47,6 +47,11 @@ IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its
                  f'print(keep_table({EVENTS.format("PLAIN")}, ck.workload, [()], ck.RUNS, [TIME], name="events-plain"))',
     "10": KEEP + 'print(keep_table(DF, ek.stream, SIZES, RUNS, [TIME]))\n'
                  'print(keep_table(found, ek.matmul, [N_FULL], 1, list(found.metric), name="full-matmul"))',
+    "11": KEEP + "".join(f'print(keep_table({table}, hk.measured, {table}[["size", "cache"]].drop_duplicates().values'
+                         f'.tolist(), {table}.NumRuns.max().item(), [TIME], name="{name}"))\n'
+                         for table, name in (("LAUNCHES", "launches"), ("BATCHES", "batches"), ("CACHES", "caches")))
+                 + 'print(keep_table(pd.DataFrame(PILOT_RUNS), hk.measured, LAUNCHES[["size", "cache"]].values.tolist(), '
+                   'LAUNCHES.NumRuns.max().item(), [TIME], name="pilot-runs"))',
 }
 
 

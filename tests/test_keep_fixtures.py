@@ -17,8 +17,9 @@ spec = importlib.util.spec_from_file_location("keep_fixtures", ROOT / "scripts" 
 keep_fixtures = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(keep_fixtures)
 
-STEMS = {"02": "02_first_profile", "03": "03_run_counts", "04": "04_cache_and_clock_control", "05": "05_precision_sweeps", "06": "06_roofline", "08": "08_collectors_and_thermal", "09": "09_cupti_vs_ncu",
-         "10": "10_keeping_the_evidence"}
+STEMS = {"02": "02_first_profile", "03": "03_run_counts", "04": "04_cache_and_clock_control", "05": "05_precision_sweeps",
+         "06": "06_roofline", "08": "08_collectors_and_thermal", "09": "09_cupti_vs_ncu",
+         "10": "10_keeping_the_evidence", "11": "11_your_kernel"}
 
 
 def test_a_cell_run_after_the_notebook_keeps_a_table_the_notebook_made(tmp_path, monkeypatch):
