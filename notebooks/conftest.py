@@ -8,13 +8,16 @@
   after it ran: it recorded a section; every SKIPPED section has a reason and a remedy; and on a
   machine without a GPU (unless ``NSPY_TUTORIAL_REQUIRE`` turns such skips into failures) every
   section that calls ``ENV.require...`` is SKIPPED for the missing GPU, with this machine's
-  remedy, and counted under need ``gpu`` (also a section that needs an earlier one).
+  remedy, and counted under need ``gpu`` (also a section that needs an earlier one); and the
+  sections that ended OK are those README.md's table of what each section needs marks as running
+  without a GPU (``tests/readme_sections.py`` reads it; a copy of this file elsewhere skips that).
 
 ``nspy-tutorial run`` does not load this file (it runs copies of the notebooks, ``--noconftest``).
 """
 
 import ast
 import atexit
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -32,6 +35,20 @@ os.environ.setdefault("NSPY_TUTORIAL_STRICT", "1")
 _SESSION = tempfile.mkdtemp(prefix="nspy-notebooks-")
 atexit.register(shutil.rmtree, _SESSION, ignore_errors=True)
 os.environ.setdefault("NSPY_TUTORIAL_WORKDIR", str(Path(_SESSION) / "work"))
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_problems(path: Path, records: list) -> list[str]:
+    """Where a run without a GPU disagrees with README.md's table (its no-GPU column) for this notebook."""
+    helper = ROOT / "tests" / "readme_sections.py"
+    if not helper.exists():  # this file copied beside fake notebooks (tests/test_notebooks_conftest.py)
+        return []
+    spec = importlib.util.spec_from_file_location("readme_sections", helper)
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    return table.no_gpu_problems((ROOT / "README.md").read_text(encoding="utf-8"), path.name[:2], records)
 
 
 def records_file(item: pytest.Item) -> Path:
@@ -82,7 +99,7 @@ def problems(path: Path, records: list, gpu_problem: str | None) -> list[str]:
             found.append(f"{name}: remedy {r.remedy!r} is not this machine's")
     found += [f"{r.section}: skipped without a GPU but counted under need {r.needs!r}" for r in records
               if r.status == "SKIPPED" and r.needs != "gpu"]
-    return found
+    return found + readme_problems(path, records)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

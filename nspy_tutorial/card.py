@@ -93,29 +93,77 @@ def cell_text(value: str | None) -> str:
     return first_line(value or "", limit=sys.maxsize).replace("|", "\\|")
 
 
+EMPTY = "—"  # what the card shows for a value it does not have: never "None", "nan" or a blank cell
+SEE_ABOVE = "(see above)"
+
+
+def shown(value: str | None) -> str:
+    """A table cell's text, or an em dash where the value is missing, blank, None or NaN (also as text)."""
+    text = cell_text(value).strip()
+    return EMPTY if text.lower() in ("", "none", "nan", "<na>", "null") else text
+
+
+def shown_status(entry: dict[str, Any]) -> str:
+    """The notebook's status as the card says it: OK/FAILED, or "nothing ran: no GPU" when every section skipped."""
+    sections = entry["sections"]
+    if entry["error"] or not sections or any(s["status"] != SKIPPED for s in sections):
+        return entry["status"]
+    labels = dict.fromkeys(need_label(s["needs"]) for s in sections)  # in order, once each
+    return f"nothing ran: {', '.join(labels)}"
+
+
+def shared_skip(sections: list[dict[str, Any]]) -> tuple[str, str | None, int] | None:
+    """The reason and remedy two or more of a notebook's skipped sections share (the commonest), and how many."""
+    pairs = Counter((s["reason"], s["remedy"]) for s in sections if s["status"] == SKIPPED and s["reason"])
+    if not pairs:
+        return None
+    (reason, remedy), count = pairs.most_common(1)[0]
+    return (reason, remedy, count) if count > 1 else None
+
+
+def section_rows(sections: list[dict[str, Any]]) -> list[str]:
+    """A notebook's table of sections; a reason shared by several skips is said once, above it."""
+    if not sections:
+        return ["_No section records._"]
+    shared, lines = shared_skip(sections), []
+    if shared:
+        reason, remedy, count = shared
+        which = f"All {count} sections" if count == len(sections) else f"{count} of {len(sections)} sections"
+        lines += [f"**{which} below: SKIPPED** — {shown(reason)}; **what to do:** {shown(remedy)}", ""]
+    lines += ["| Section | Status | Result or reason | Remedy |", "|---|---|---|---|"]
+    for s in sections:
+        detail, remedy = (s["result"], None) if s["status"] == OK else (s["reason"], s["remedy"])
+        detail, remedy = shown(detail), shown(remedy)
+        if shared and s["status"] == SKIPPED:
+            reason_above, remedy_above = cell_text(shared[0]), shown(shared[1])
+            quoted = len(reason_above) >= 40  # long enough that it is the reason, not a word of another
+            detail = SEE_ABOVE if detail == reason_above else detail.replace(reason_above, SEE_ABOVE) if quoted else detail
+            remedy = SEE_ABOVE if remedy == remedy_above and remedy != EMPTY else remedy
+        lines.append(f"| {shown(s['section'])} | {s['status']} | {detail} | {remedy} |")
+    return lines
+
+
 def card_markdown(card: dict[str, Any]) -> str:
     """The card to read: headline, one row per notebook, a table per notebook, skip reasons."""
     totals, entries = card["totals"], card["notebooks"]
+    idle = sum(shown_status(e).startswith("nothing ran") for e in entries)
     lines = ["# nspy-tutorial results", "", f"**{card['headline']}**", "",
-             f"- Notebooks: {totals['notebooks_ok']} of {totals['notebooks']} without a FAILED section, "
-             f"{totals['seconds']:.1f} s", f"- When: {card['started_at']} to {card['finished_at']}",
+             f"- Notebooks: {totals['notebooks_ok']} of {totals['notebooks']} without a FAILED section"
+             + (f" ({idle} of them ran nothing)" if idle else "") + f", {totals['seconds']:.1f} s",
+             f"- When: {card['started_at']} to {card['finished_at']}",
              f"- Machine: {card['machine']['platform']}, Python {card['machine']['python']}", "",
              "| Notebook | Status | OK | SKIPPED | FAILED | Time (s) | Error |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {e['notebook']} | {e['status']} | {' | '.join(str(e['counts'][s]) for s in STATUSES)} "
-              f"| {e['seconds']:.1f} | {cell_text(e['error'])} |" for e in entries]
+    lines += [f"| {e['notebook']} | {shown_status(e)} | {' | '.join(str(e['counts'][s]) for s in STATUSES)} "
+              f"| {e['seconds']:.1f} | {shown(e['error'])} |" for e in entries]
     for e in entries:
-        lines += ["", f"## {e['notebook']} — {e['status']}", ""]
-        lines += [f"**Stopped by an error:** {cell_text(e['error'])}", ""] if e["error"] else []
-        lines += ["| Section | Status | Result or reason | Remedy |", "|---|---|---|---|"] if e["sections"] \
-            else ["_No section records._"]
-        for s in e["sections"]:
-            detail, remedy = (s["result"], None) if s["status"] == OK else (s["reason"], s["remedy"])
-            lines.append(f"| {cell_text(s['section'])} | {s['status']} | {cell_text(detail)} | {cell_text(remedy)} |")
+        lines += ["", f"## {e['notebook']} — {shown_status(e)}", ""]
+        lines += [f"**Stopped by an error:** {shown(e['error'])}", ""] if e["error"] else []
+        lines += section_rows(e["sections"])
     reasons = Counter(s["reason"] or "no reason given" for e in entries for s in e["sections"]
                       if s["status"] == SKIPPED)
     if reasons:
         lines += ["", "## Why sections were skipped", ""]
-        lines += [f"- {cell_text(reason)} — {plural(count, 'section')}" for reason, count in reasons.most_common()]
+        lines += [f"- {shown(reason)} — {plural(count, 'section')}" for reason, count in reasons.most_common()]
     return "\n".join(lines).rstrip() + "\n"
 
 

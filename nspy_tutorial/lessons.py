@@ -8,10 +8,70 @@ import numpy as np
 from scipy import stats
 
 
-# notebooks/src/03_run_counts.py, section 6
-def welch_shift(
-    first: tuple[float, float, int], second: tuple[float, float, int]
-) -> tuple[float, float, float]:
+# notebooks/src/03_run_counts.py, section 3: the timer's step
+def timer_step(values: np.ndarray) -> float:
+    """The timer's quantum as the runs show it: distinct durations within 2 ns of each other are one
+    reading (tick conversion moves some by a ns or two), standing at its most-read value; the step is
+    the median of the gaps between neighbouring readings within 2 ns of the commonest gap (0 if no
+    two readings)."""
+    vals, counts = np.unique(np.round(values), return_counts=True)
+    groups = np.split(np.arange(len(vals)), np.flatnonzero(np.diff(vals) > 2) + 1)
+    gaps = np.diff([vals[g][np.argmax(counts[g])] for g in groups])
+    if not len(gaps):
+        return 0.0
+    gap, n = np.unique(gaps, return_counts=True)
+    return float(np.round(np.median(gaps[np.abs(gaps - gap[np.argmax(n)]) <= 2])))
+
+
+# notebooks/src/03_run_counts.py, section 6: the run-count plan (warm-up dropped, robust spread, assurance)
+def robust_spread(v: np.ndarray, step: float) -> tuple[np.ndarray, float]:
+    """(runs kept, their RSD in %): runs more than 3 robust sd (1.4826 MAD, at least one timer step)
+    from the median are dropped; the spread of the rest counts as at least step / sqrt(12), what
+    rounding to the timer's step adds."""
+    med = np.median(v)
+    keep = np.abs(v - med) <= 3 * max(1.4826 * np.median(np.abs(v - med)), step)
+    return keep, 100 * max(v[keep].std(ddof=1), step / math.sqrt(12)) / v[keep].mean()
+
+
+def kept_stats(v: np.ndarray, step: float) -> tuple[float, float, int]:
+    """Mean, standard deviation (at least step / sqrt(12)) and number of the runs robust_spread keeps."""
+    x = v[robust_spread(v, step)[0]]
+    return float(x.mean()), max(float(x.std(ddof=1)), step / math.sqrt(12)), len(x)
+
+
+def halfwidth_pct(v: np.ndarray, step: float) -> float:
+    """The Student-t 95 % half-width of the mean of the runs kept_stats keeps, in % of that mean."""
+    mean, sd, n = kept_stats(v, step)
+    return 100 * float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) / mean
+
+
+def runs_needed(rsd_pct: float, target_pct: float, assurance: float = 0.9) -> int:
+    """Fewest runs k >= 2 whose 95 % half-width t(k-1) s / sqrt(k) stays within target_pct in a share
+    `assurance` of batches, for runs that scatter normally with an RSD of rsd_pct: (k-1) s^2 / sigma^2
+    is chi-squared with k-1 degrees of freedom. Tries k in blocks that double, fewest first."""
+    k, size = 2, 64
+    while k <= 100_000:
+        ks = np.arange(k, k + size)
+        t = stats.t.ppf(0.975, ks - 1)
+        share = stats.chi2.cdf((ks - 1) * ks * (target_pct / (t * max(rsd_pct, 1e-9))) ** 2, ks - 1)
+        if (share >= assurance).any():
+            return int(ks[np.argmax(share >= assurance)])
+        k, size = k + size, 2 * size
+    raise ValueError(f"an RSD of {rsd_pct:g}% needs over 100,000 runs for +/-{target_pct:g}%")
+
+
+def plan_runs(
+    runs: np.ndarray, step: float, target_pct: float = 1.0, assurance: float = 0.9, warmup: int = 1
+) -> tuple[int, float]:
+    """(runs to measure after the warm-up, the robust RSD % that plan comes from) for a 95 % interval
+    of +/- target_pct met in a share `assurance` of batches: the first `warmup` runs dropped, then
+    robust_spread on the rest."""
+    spread = robust_spread(np.asarray(runs, dtype=float)[warmup:], step)[1]
+    return runs_needed(spread, target_pct, assurance), spread
+
+
+# notebooks/src/03_run_counts.py, section 7: the run-to-run band
+def welch_shift(first: tuple[float, float, int], second: tuple[float, float, int]) -> tuple[float, float, float]:
     """Two batches as (mean, standard deviation, runs): the second mean minus the first in % of the
     first, the 95 % half-width of that difference (same unit, Welch-Satterthwaite degrees of
     freedom: each batch keeps its own spread), and the two-sided p of "no shift"."""

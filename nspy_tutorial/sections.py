@@ -215,8 +215,9 @@ class section:
         return not reraise
 
 
-def summary() -> list[SectionRecord]:
-    """Print every section's status and result line; return the records. Strict: a FAILED section raises."""
+def summary() -> None:
+    """Print every section's status and result line (the last cell: it returns nothing, so Jupyter echoes nothing
+    after it). Strict: a FAILED section raises."""
     banner(f"SUMMARY  {_NOTEBOOK['name']}")
     recs = records()
     for rec in recs:
@@ -226,4 +227,3 @@ def summary() -> list[SectionRecord]:
     print(f"\n  {counts[OK]} OK, {counts[SKIPPED]} SKIPPED, {counts[FAILED]} FAILED")
     if strict() and counts[FAILED]:
         raise ClaimFailed(f"{counts[FAILED]} section(s) FAILED in {_NOTEBOOK['name']}")
-    return recs

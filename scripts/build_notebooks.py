@@ -2,7 +2,8 @@
 
 Why a source format: notebooks are reviewed and edited as plain Python; the .ipynb files
 are generated, committed without outputs, in canonical nbformat, with Colab metadata
-(GPU accelerator, T4), an Open-in-Colab badge and the standard setup cell.
+(GPU accelerator, T4), an Open-in-Colab badge with a link to the glossary beside it, and the
+standard setup cell.
 
 Source format: cells start with ``# %%`` (code) or ``# %% [markdown]`` (markdown lines
 start with ``# ``). The token ``{{SETUP}}`` on its own line becomes the setup cell
@@ -31,6 +32,9 @@ BADGE = (
     "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
     "(https://colab.research.google.com/github/{repo}/blob/main/notebooks/{name})"
 )
+# Beside the badge of every notebook: the words the series uses, one page (docs/glossary.md).
+GLOSSARY = "https://github.com/{repo}/blob/main/docs/glossary.md"
+HEADER = BADGE + " · [Glossary: the terms these notebooks use](" + GLOSSARY + ")"
 SETUP = '''\
 # Setup -- run this cell first. {comment}
 import importlib.util
@@ -111,7 +115,7 @@ def build(src: Path) -> nbformat.NotebookNode:
         if i == 0:
             if kind != "markdown":
                 raise ValueError(f"{src}: the first cell must be the markdown title")
-            source = BADGE.format(repo=REPO, name=name) + "\n\n" + source
+            source = HEADER.format(repo=REPO, name=name) + "\n\n" + source
         make = nbformat.v4.new_markdown_cell if kind == "markdown" else nbformat.v4.new_code_cell
         cell = make(source)
         cell.id = f"{stem[:2]}-{i:02d}"

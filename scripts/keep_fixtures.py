@@ -1,6 +1,6 @@
 """Keep the tables the CPU tests read (tests/fixtures/*.json) from a GPU run of the notebooks.
 
-    python scripts/keep_fixtures.py [--out tests/fixtures/run1] 04 06 07 08 09 10
+    python scripts/keep_fixtures.py [--out tests/fixtures/run1] 04 06 07 08 09 10 11
 
 The tests read two such folders, ``run1`` and ``run2``, kept by two separate GPU runs: a verdict
 a notebook prints must come out the same from both (``tests/notebook_code.fixture``).
@@ -36,6 +36,10 @@ IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its
                  'name="roofs-again"))',
     "05": KEEP + 'print(keep_table(df, sweep, SIZES, RUNS, list(df.Metric.unique()), name="sweep-tflops"))\n'
                  'print(keep_table(NORMALIZED, sweep, pair, RUNS, [TIMES.Metric.iloc[0]], name="sweep-normalized"))',
+    "02": KEEP + 'print(keep_table(df.assign(sm_mhz=RAN_MHZ), matmul, [N], 1, ["gpu__time_duration.sum"], '
+                 'name="matmul"))',
+    "03": KEEP + 'print(keep_table(RAW, add_vectors, SIZES, 20, ["gpu__time_duration.sum"], name="raw-x20"))\n'
+                 'print(keep_table(RAW100, add_vectors, SIZES, 100, ["gpu__time_duration.sum"], name="raw-x100"))',
     "04": KEEP + 'print(keep_table(RAW_BY_HAND, ck.stream_after, BY_HAND_CONFIGS, 20, [TIME], name="stream_after-raw"))',
     "08": KEEP + 'print(keep_table(OFF["raw"], profile_heated, [N_HEAT], RUNS, [], name="thermal-off"))\n'
                  'print(keep_table(AUTO["raw"], profile_heated, [N_HEAT], RUNS, [], name="thermal-auto"))',
@@ -44,6 +48,11 @@ IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its
                  f'print(keep_table({EVENTS.format("PLAIN")}, ck.workload, [()], ck.RUNS, [TIME], name="events-plain"))',
     "10": KEEP + 'print(keep_table(DF, ek.stream, SIZES, RUNS, [TIME]))\n'
                  'print(keep_table(found, ek.matmul, [N_FULL], 1, list(found.metric), name="full-matmul"))',
+    "11": KEEP + "".join(f'print(keep_table({table}, hk.measured, {table}[["size", "cache"]].drop_duplicates().values'
+                         f'.tolist(), {table}.NumRuns.max().item(), [TIME], name="{name}"))\n'
+                         for table, name in (("LAUNCHES", "launches"), ("BATCHES", "batches"), ("CACHES", "caches")))
+                 + 'print(keep_table(pd.DataFrame(PILOT_RUNS), hk.measured, LAUNCHES[["size", "cache"]].values.tolist(), '
+                   'LAUNCHES.NumRuns.max().item(), [TIME], name="pilot-runs"))',
 }
 
 

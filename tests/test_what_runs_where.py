@@ -4,7 +4,7 @@ Each row is set up with fakes that behave as the real thing does on such a machi
 driver and the CUDA version it supports, ncu executables that answer ``--version`` and, in
 launch mode, either profile the kernel or print the real failure text, and probe children (the
 Nsight Compute and CUPTI backends) that return a row, fail the same way, or hang. Then
-``setup`` runs as a notebook's first cell does, and the test checks that the banner, 01 §11's
+``setup`` runs as a notebook's first cell does, and the test checks that the banner, 01 §10's
 plan (``ENV.plan()``) and the first profiling section (``ENV.require``) say the same true thing.
 """
 

@@ -185,7 +185,7 @@ SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 DRAM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 TENSOR = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
 OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
-ISSUE = "smsp__issue_active.avg.pct_of_peak_sustained_active"
+ISSUE = "sm__issue_active.avg.pct_of_peak_sustained_elapsed"
 STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 REASONS = "long_scoreboard short_scoreboard wait barrier mio_throttle math_pipe_throttle".split()
 REASONS += ["lg_throttle", "not_selected", "no_instruction", "drain"]
@@ -565,7 +565,8 @@ with nt.section("3. Transformer operations, op by op") as s:
 # its SM cycles, the tensor pipe busy (%
 # of its peak over the cycles the SMs were active: HMMA and, on Hopper, `wgmma` work), the
 # achieved **occupancy** (warps resident, as a % of the most an SM holds), the issue slots used
-# (how often a scheduler issued an instruction), and the **top warp-stall reason**: of Nsight
+# (the share of the kernel's cycles an SM issued an instruction), and the **top warp-stall
+# reason**: of Nsight
 # Compute's `smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio`, the reason with
 # the most warps waiting per issued instruction. `long_scoreboard` waits for global or local
 # memory, `short_scoreboard` for shared memory or special functions, `wait` a fixed latency,
