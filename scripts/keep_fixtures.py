@@ -33,8 +33,9 @@ EVENTS = 'pd.DataFrame({}["events"], columns=["op", "events_ns", "wall_ns"])'  #
 IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its own process
     "06": KEEP + 'print(keep_table(ROOF_RUNS, rk.roofs, [(N_STREAM, M_ROOF, L2, ",".join(PRECISIONS))], 10, [TIME], '
                  'name="roofs"))',
-    "05": KEEP + 'print(keep_table(df, sweep, SIZES, RUNS, list(df.Metric.unique()), name="sweep-tflops"))\n'
-                 'print(keep_table(NORMALIZED, sweep, pair, RUNS, [TIMES.Metric.iloc[0]], name="sweep-normalized"))',
+    "05": KEEP + 'print(keep_table(SWEEP, pk.sweep, SIZES, RUNS, list(SWEEP.Metric.unique()), name="sweep-tflops"))\n'
+                 'print(keep_table(NORMALIZED, pk.sweep, pair, RUNS, [TIME], name="sweep-normalized"))\n'
+                 'print(keep_table(FP8, pk.fp8_matmul, SIZES[-1:], RUNS, list(FP8.Metric.unique()), name="fp8"))',
     "04": KEEP + 'print(keep_table(RAW_BY_HAND, ck.stream_after, BY_HAND_CONFIGS, 20, [TIME], name="stream_after-raw"))',
     "08": KEEP + 'print(keep_table(OFF["raw"], profile_heated, [N_HEAT], RUNS, [], name="thermal-off"))\n'
                  'print(keep_table(AUTO["raw"], profile_heated, [N_HEAT], RUNS, [], name="thermal-auto"))',
