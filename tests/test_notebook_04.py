@@ -36,7 +36,7 @@ from notebook_code import fixture, functions, import_module, module_source, sour
 from scipy import stats
 
 from nspy_tutorial import ncu_cli, sections
-from nspy_tutorial.clock import HELD_REMEDY, ClockState
+from nspy_tutorial.clock import ClockState
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -302,9 +302,10 @@ def test_every_check_holds_on_a_synthetic_2x2_and_reads_both_clock_settings(nb, 
     plt.close("all")
     out = capsys.readouterr().out
     assert "clock none:" in out and "clock base:" in out  # the cache effect, under either clock
-    assert cache.startswith("flushed/warm") and clock.endswith("base: not one frequency")
-    assert re.search(r"\d+% of the datasheet \(1,830 MHz\), \d+% at its [\d,]+ MHz", peak)
-    assert "2 x 3,201 MHz x 6,016 bit / 8 = 4,814 GB/s" in out and "vs 4,814 from clocks" in bandwidth
+    assert cache.startswith("flushed/warm") and clock.endswith("; not one frequency)")
+    assert re.fullmatch(r"fp16 matmul \d+% of peak at its [\d,]+ MHz \(\d+% at the datasheet's 1,830\)", peak)
+    assert "2 x 3,201 MHz x 6,016 bit / 8 = 4,814 GB/s" in out
+    assert re.fullmatch(r"8x-L2 stream [\d,]+ of 4,814 GB/s \(2 x memory clock x bus width\)", bandwidth)
     assert out.count("check:") == 8
 
 
@@ -366,7 +367,7 @@ def test_the_writes_claim_fails_on_the_recorded_runs_where_torch_randns_dirty_in
 
 def test_on_the_recorded_normal_run_every_clock_moves_and_the_matmul_follows_its_own(nb, capsys):
     said = nb.check_clock(recorded("normal"), {1980000}, None)
-    assert said == "matmul at 1,572 -> 1,266 MHz, 1.24x; base: not one frequency"
+    assert said == "matmul 1.24x slower locked (1,572->1,266 MHz; not one frequency)"
     assert "check: every kernel's SM clock moves with clock_control" in capsys.readouterr().out
 
 
@@ -423,7 +424,7 @@ def test_base_is_reported_as_one_frequency_only_when_every_kernels_clock_agrees(
     pick = table.clock_control == "base"
     table.loc[pick, "SM MHz"] = 1266.07
     table.loc[pick & (table.kernel == MATMUL), "time_us"] = 179.19 * 1572.30 / 1266.07
-    assert nb.check_clock(table, {1980000}, None).endswith("base: one frequency")
+    assert nb.check_clock(table, {1980000}, None).endswith("; one frequency)")
 
 
 def test_the_bandwidth_claims_fail_above_the_peak_unless_the_dram_counters_explain_it(nb):
@@ -442,7 +443,7 @@ def test_the_bandwidth_claims_fail_above_the_peak_unless_the_dram_counters_expla
 def test_without_nvmls_memory_clock_there_is_no_clock_derived_peak(nb, capsys):
     said = nb.check_bandwidth(recorded("normal"), SimpleNamespace(max_mem_clock_mhz=None,
                                                                  memory_bus_width_bits=None), 4800.0)
-    assert said == "8x-L2 stream up to 4,300 GB/s (4,186 by DRAM counters); 4,800 GB/s on the datasheet"
+    assert said == "8x-L2 stream 4,300 GB/s; 4,800 GB/s on the datasheet"
     assert "no clock-derived peak" in capsys.readouterr().out
 
 
@@ -559,7 +560,7 @@ def run_section_2(setup: ClockState, readings: list, reset_opt_in: bool = False,
     if reset_opt_in:
         cell = cell.replace("RESET_CLOCKS = False", "RESET_CLOCKS = True")
     fake_ncu = SimpleNamespace(has_clock_reset=lambda path: has_reset, reset_clocks=reset_clocks)
-    namespace = {"nt": nt, "HELD_REMEDY": HELD_REMEDY, "read_clock_state": lambda: readings.pop(0),
+    namespace = {"nt": nt, "read_clock_state": lambda: readings.pop(0),
                  "ncu_cli": fake_ncu,
                  "ENV": SimpleNamespace(require=lambda what: None, clock=setup, ncu_path="/usr/bin/ncu")}
     exec(compile(cell, "section 2", "exec"), namespace)
@@ -576,7 +577,7 @@ def test_a_clock_held_at_setup_is_not_reset_without_the_opt_in_and_the_cell_says
     nt, resets = run_section_2(HELD, [HELD])
     out = capsys.readouterr().out
     assert resets == [] and "would run: /usr/bin/ncu --clock-control reset" in out
-    assert "not run: RESET_CLOCKS is False in this cell" in out and "new machine or runtime" in out
+    assert "not run: RESET_CLOCKS is False in this cell" in out and "a new machine clears it" in out
     assert nt.result == "idle clock now held: 1,500-1,500 MHz" and all(ok for ok, _ in nt.claims)
 
 
@@ -667,5 +668,5 @@ def test_two_gpu_runs_of_section_1_pass_every_claim_and_agree_on_base(nb):
         nb.check_cache(table)  # each check raises ClaimFailed if its claim does not hold on this run
         nb.check_peak(table, *FP16)
         nb.check_bandwidth(table, H200, 4800.0)
-        verdicts.append(nb.check_clock(table, {1980000}, None).rsplit("base: ", 1)[1])
+        verdicts.append(nb.check_clock(table, {1980000}, None).rsplit("; ", 1)[1])
     assert verdicts[0] == verdicts[1], verdicts

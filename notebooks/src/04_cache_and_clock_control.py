@@ -50,7 +50,7 @@ import pandas as pd
 from scipy import stats
 
 from nspy_tutorial import lifetime, ncu_cli
-from nspy_tutorial.clock import HELD_REMEDY, read_clock_state
+from nspy_tutorial.clock import read_clock_state
 
 # every profile here is silent; notebook 02 shows nsight's output
 SILENT = nsight.VerbosityLevel.SILENT
@@ -61,9 +61,7 @@ SMALL = LARGE = None
 if ENV.facts:
     L2 = ENV.facts.l2_bytes
     SMALL, LARGE = L2 // 4 // 4, 8 * L2 // 4  # float32 elements: L2/4 and 8 x L2 bytes
-    print(
-        f"L2 {L2 / 2**20:.0f} MiB: vectors of {4 * SMALL / 2**20:.1f} and {4 * LARGE / 2**20:.0f} MiB"
-    )
+    print(f"L2 {L2 >> 20} MiB: vectors of {SMALL >> 18} and {LARGE >> 18} MiB (float32)")
 SHEET = ENV.datasheet
 # the fp16 datasheet peak and the SM clock it is stated at (an H100's tensor peaks: 1,830 MHz)
 FP16 = (SHEET.fp16_tflops.value, SHEET.peak_clock_mhz("fp16")) if SHEET else (None, None)
@@ -185,7 +183,8 @@ with nt.section("0. Default cache and clock control: nsight-python vs ncu") as s
 # the cache's effect is checked under either clock setting. Besides
 # the duration we collect `gpc__cycles_elapsed.avg.per_second` -- cycles of a
 # [GPC](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#gpc) (a
-# cluster of SMs) divided by the kernel's duration, i.e. **the SM clock the kernel actually ran
+# cluster of [SMs](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#sm),
+# the GPU's processors) divided by the kernel's duration, i.e. **the SM clock the kernel actually ran
 # at** -- and `dram__bytes.sum.per_second` and `dram__bytes_write.sum`: the rate at which the
 # DRAM moved bytes, and how much it wrote (rate × time − written = what it read).
 #
@@ -326,7 +325,7 @@ def check_clock(table: pd.DataFrame, rated_khz: set, held_mhz: int | None) -> st
         f"{slow_mm:.2f}x vs {ratio_mm:.2f}x",
     )
     pinned = "one frequency" if apart < 0.02 else "not one frequency"
-    return f"matmul at {mhz.none[MATMUL]:,.0f} -> {mhz.base[MATMUL]:,.0f} MHz, {slow_mm:.2f}x; base: {pinned}"
+    return f"matmul {slow_mm:.2f}x slower locked ({mhz.none[MATMUL]:,.0f}->{mhz.base[MATMUL]:,.0f} MHz; {pinned})"
 
 
 def check_peak(table: pd.DataFrame, peak: float | None, sheet_mhz: float | None, held=None) -> str:
@@ -352,8 +351,8 @@ def check_peak(table: pd.DataFrame, peak: float | None, sheet_mhz: float | None,
     )
     best = mm.loc[mm["TFLOP/s"].idxmax()]
     return (
-        f"fp16 matmul {best['TFLOP/s']:,.0f} TFLOP/s = {best['% datasheet']:.0f}% of the datasheet "
-        f"({sheet_mhz:,.0f} MHz), {best['% at its clock']:.0f}% at its {best['SM MHz']:,.0f} MHz"
+        f"fp16 matmul {best['% at its clock']:.0f}% of peak at its {best['SM MHz']:,.0f} MHz "
+        f"({best['% datasheet']:.0f}% at the datasheet's {sheet_mhz:,.0f})"
     )
 
 
@@ -361,16 +360,17 @@ def check_bandwidth(table: pd.DataFrame, facts, sheet_gbs: float | None) -> str:
     """The 8x-L2 stream against the datasheet and the DRAM peak: 2 x memory clock x bus width / 8."""
     big = table[table.kernel == list(STREAMS)[1]]
     fastest = big.loc[big["GB/s"].idxmax()]
-    said = f"8x-L2 stream up to {fastest['GB/s']:,.0f} GB/s ({fastest['DRAM GB/s']:,.0f} by DRAM counters)"
+    said = f"8x-L2 stream {fastest['GB/s']:,.0f}"
     sheet = f"{sheet_gbs:,.0f} GB/s on the datasheet" if sheet_gbs else "datasheet unknown"
     if not (facts and facts.max_mem_clock_mhz and facts.memory_bus_width_bits):
         print("  (NVML did not report the memory clock and bus width: no clock-derived peak)")
-        return f"{said}; {sheet}"
+        return f"{said} GB/s; {sheet}"
     mem_mhz, width = facts.max_mem_clock_mhz, facts.memory_bus_width_bits
     peak = 2 * mem_mhz * 1e6 * width / 8 / 1e9
     print(
-        f"  DRAM peak 2 x {mem_mhz:,} MHz x {width:,} bit / 8 = {peak:,.0f} GB/s (NVML's maximum "
-        f"memory clock; the kernel's is not measured); {sheet}"
+        f"  8x-L2 stream up to {fastest['GB/s']:,.0f} GB/s ({fastest['DRAM GB/s']:,.0f} by DRAM counters)\n"
+        f"  DRAM peak 2 x {mem_mhz:,} MHz x {width:,} bit / 8 = {peak:,.0f} GB/s (NVML's maximum memory "
+        f"clock; the kernel's is not measured); {sheet}"
     )
     nt.claim(
         (big["DRAM GB/s"] <= peak).all(),
@@ -384,7 +384,7 @@ def check_bandwidth(table: pd.DataFrame, facts, sheet_gbs: float | None) -> str:
             "a stream rate above the DRAM peak is explained: part of its output stayed in L2",
             f"DRAM wrote up to {above['DRAM wrote / 4n'].max():.2f} of its output",
         )
-    return f"{said} vs {peak:,.0f} from clocks, {sheet}"
+    return f"{said} of {peak:,.0f} GB/s (2 x memory clock x bus width)"
 
 
 def plot_times(table: pd.DataFrame) -> None:
@@ -455,11 +455,11 @@ with nt.section("1. cache_control and clock_control, measured (2 x 2)") as s:
 # ## 2. The clock after `ncu`, and a lock left behind
 #
 # `ncu` locks the clocks while it profiles (`--clock-control base`, its default; nsight-python
-# asks for `none`) and **unlocks them when it exits normally**. Stop a profile with Ctrl-C
-# (Jupyter's Stop button sends the same): `ncu` then restores the clocks and exits. Never
-# `kill -9` it, nor its Python: a killed `ncu` restores nothing, and the lock stays -- for
-# every later process on that GPU, on a shared machine everyone's. The tutorial's own
-# commands stop `ncu` the gentle way first.
+# asks for `none`) and **unlocks them when it exits normally**. Stop a profile with Ctrl-C (in a
+# notebook: the Stop button, the same interrupt): `ncu` then restores the clocks and exits; the
+# tutorial passes the interrupt on to the `ncu` it started and waits for it before anything
+# harsher. Never `kill -9` it, nor the Python it profiles: a killed `ncu` restores nothing, and
+# the lock stays -- for every later process on that GPU, on a shared machine everyone's.
 #
 # What a lock left behind looks like: setup's banner line **SM clock HELD at … even idle**. A
 # free GPU idles far below its maximum (hundreds of MHz); a held one stays at the lock while
@@ -480,7 +480,7 @@ with nt.section("2. The clock after ncu, and a lock left behind") as s:
     now = read_clock_state()
     print(f"  at setup: {ENV.clock.lines()[0]}\n  now:      {now.lines()[0]}")
     if now.state == "held":
-        command = f"{ENV.ncu_path} --clock-control reset"
+        command = f"{ENV.ncu_path or 'ncu'} --clock-control reset"
         has_reset = bool(ENV.ncu_path) and ncu_cli.has_clock_reset(ENV.ncu_path)
         why = [
             ("setup found the clock free: a run above left this lock", ENV.clock.state != "held"),
@@ -489,7 +489,7 @@ with nt.section("2. The clock after ncu, and a lock left behind") as s:
         ]
         if any(no for _, no in why):
             print(f"  would run: {command}\n  not run: " + "; ".join(w for w, no in why if no))
-            print("  otherwise: " + " ".join(HELD_REMEDY))
+            print("  otherwise: a new machine clears it (a new Colab runtime presumably; untested)")
         else:
             print(f"  $ {command}\n" + ncu_cli.reset_clocks(ENV.ncu_path))
             now = read_clock_state()

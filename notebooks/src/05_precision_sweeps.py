@@ -266,7 +266,7 @@ with nt.section("2. TF32 is really on when switched on") as s:
 
 # %%
 with nt.section("3. The sweep widened: TF32 and bf16") as s:
-    ENV.require_compute_capability((8, 0), "TF32 and bf16")
+    ENV.require_compute_capability((8, 0), "the widened sweep (TF32, bf16)")
     ENV.require("profiler")
     pk.PRECISIONS = ["fp32", "fp16", "tf32", "bf16"]
     SWEEP = one_call_per_size(seed_sweep, SIZES)
@@ -339,9 +339,8 @@ with nt.section("4. One call over all sizes: predicted vs observed") as s:
     uneven = [p for p in pk.PRECISIONS if COUNTS[p].nunique() > 1]
     if uneven and observed is None:
         print(f"  WARNING: {uneven}: counts differ by size yet divide evenly; kernels may mix up")
-    s.result = f"counts vary by size for {', '.join(uneven) or 'no precision'}; one call " + (
-        f"refused as predicted: {observed}" if observed else "passes, as predicted"
-    )
+    verdict = "refused, as predicted" if observed else "passes, as predicted"
+    s.result = f"counts vary by size for {', '.join(uneven) or 'no precision'}; one call {verdict}"
 
 # %% [markdown]
 # ## 5. `normalize_against="fp32"`: what is divided, and what is not
@@ -548,9 +547,9 @@ with nt.section("6. The clock beside the largest sizes") as s:
     said = [
         f"{r.precision} {r.verdict} ({r['rate %']:+.1f}%"
         + (f", clock {r['clock %']:+.1f}%)" if np.isfinite(r["clock %"]) else ")")
-        for _, r in CHANGE.iterrows()
+        for _, r in CHANGE[CHANGE.verdict.str.match("rises|falls")].iterrows()
     ]
-    s.result = f"n={small}->{large}: " + ", ".join(said) + f"; band {band:.2f}%"
+    s.result = f"n={small}->{large}: {'; '.join(said) or 'no change'} beyond the band, {band:.2f}%"
 
 # %% [markdown]
 # ## 7. FP8 where the GPU has FP8 tensor cores
