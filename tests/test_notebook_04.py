@@ -670,3 +670,25 @@ def test_two_gpu_runs_of_section_1_pass_every_claim_and_agree_on_base(nb):
         nb.check_bandwidth(table, H200, 4800.0)
         verdicts.append(nb.check_clock(table, {1980000}, None).rsplit("; ", 1)[1])
     assert verdicts[0] == verdicts[1], verdicts
+
+
+def test_section_3_reads_the_raw_runs_nsight_python_wrote_and_checks_the_spread(tmp_path, monkeypatch, capsys):
+    """Section 3's cell on a fake profile: the table of means, and the per-run CSV that output_csv=True writes."""
+    monkeypatch.chdir(tmp_path)
+    raw = raw_runs(1, WIDER_FLUSHED)
+
+    def kernel(**settings):
+        assert settings["cache_control"] == "none" and settings["output_csv"] and settings["runs"] == 20
+        raw.to_csv(f"{settings['output_prefix']}profiled_data-stream_after-1.csv", index=False)
+        means = raw.groupby(["n", "flush"]).Value.mean().rename("AvgValue").reset_index()
+        return lambda func: (lambda: SimpleNamespace(to_dataframe=lambda: means))
+
+    nt = Notebook()
+    namespace = functions(STEM, "spread", "check_spread", nt=nt, pd=pd, np=np, stats=stats).spread.__globals__
+    namespace.update(ENV=SimpleNamespace(require=lambda what: None, backend="cupti"), SILENT=None, SMALL=SMALL_N,
+                     LARGE=LARGE_N, glob=__import__("glob"), os=__import__("os"),
+                     ck=SimpleNamespace(stream_after=lambda n, flush: None),
+                     nsight=SimpleNamespace(analyze=SimpleNamespace(kernel=kernel)))
+    exec(compile(code_cell("def spread("), "section 3", "exec"), namespace)
+    assert len(namespace["RAW_BY_HAND"]) == 80 and all(ok for ok, _ in nt.claims)
+    assert nt.result.startswith("cupti: flushed/warm 1.5") and "fits in L2: flushed spread" in nt.result

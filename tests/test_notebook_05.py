@@ -576,3 +576,19 @@ def test_section_7_on_a_t4_is_skipped_because_a_t4_has_no_fp8():
                      backend="ncu", facts=DeviceFacts("Tesla T4", (7, 5), 40, 4 << 20, 16 << 30, 1590, 5001))
     with pytest.raises(sections.Skip, match=r"FP8 tensor cores needs compute capability >= 8.9; this Tesla T4 is 7.5"):
         run_cell("# ## 7. FP8", fp8_kernel(0.766), t4, SIZES=[8192], TF=None, pk=SimpleNamespace(fp8_matmul=sweep))
+
+
+def test_section_5_normalises_two_sizes_whose_counts_agree_and_sets_the_band(capsys):
+    counts = pd.DataFrame({"fp32": [2, 1, 1], "fp16": [1, 1, 1]}, index=[512, 4096, 8192])
+    calls = []
+
+    def kernel(**settings):
+        calls.append((settings["configs"], settings["normalize_against"]))
+        return lambda func: (lambda: Result(table(TIMES, normalize_against="fp32")))
+
+    sweep_table = pd.concat([sweep_times(drift=1.01)], ignore_index=True)
+    nt = run_cell("# ## 5. `normalize_against", kernel, SIZES=[512, 4096, 8192], COUNTS=counts, SWEEP=sweep_table,
+                  pk=SimpleNamespace(PRECISIONS=PRECISIONS, sweep=sweep))
+    assert calls == [([4096, 8192], "fp32")] and all(ok for ok, _ in nt.claims)
+    assert re.fullmatch(r"bf16 n=4096: 0\.06\dx fp32's time; Min/Max/StdDev/CI stay ns; run-to-run band "
+                        r"\d\.\d\d% \(\w+ n=\d+\)", nt.result), nt.result
