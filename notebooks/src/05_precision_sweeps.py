@@ -177,7 +177,9 @@ def versus_datasheet(rates: pd.DataFrame, nvml_mhz) -> pd.DataFrame:
 # shows why), and NVML's SM clock is sampled while each call runs (`clock.Sampler`): under
 # CUPTI nothing else says at what clock the kernels ran.
 #
-# What to look for: fp16 runs on the tensor cores, fp32 does not, so fp16 pulls ahead with
+# What to look for: fp16 runs on the
+# [tensor cores](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#tensor-core)
+# (units that multiply small matrices in one step), fp32 does not, so fp16 pulls ahead with
 # size; small matrices are far from any peak. The % of the datasheet is set at the clock the
 # datasheet assumes, printed beside it.
 
