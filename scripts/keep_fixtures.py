@@ -33,8 +33,9 @@ EVENTS = 'pd.DataFrame({}["events"], columns=["op", "events_ns", "wall_ns"])'  #
 IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its own process
     "06": KEEP + 'print(keep_table(ROOF_RUNS, rk.roofs, [(N_STREAM, M_ROOF, L2, ",".join(PRECISIONS))], 10, [TIME], '
                  'name="roofs"))',
-    "05": KEEP + 'print(keep_table(df, sweep, SIZES, RUNS, list(df.Metric.unique()), name="sweep-tflops"))\n'
-                 'print(keep_table(NORMALIZED, sweep, pair, RUNS, [TIMES.Metric.iloc[0]], name="sweep-normalized"))',
+    "05": KEEP + 'print(keep_table(SWEEP, pk.sweep, SIZES, RUNS, list(SWEEP.Metric.unique()), name="sweep-tflops"))\n'
+                 'print(keep_table(NORMALIZED, pk.sweep, pair, RUNS, [TIME], name="sweep-normalized"))\n'
+                 'print(keep_table(FP8, pk.fp8_matmul, SIZES[-1:], RUNS, list(FP8.Metric.unique()), name="fp8"))',
     "02": KEEP + 'print(keep_table(df.assign(sm_mhz=RAN_MHZ), matmul, [N], 1, ["gpu__time_duration.sum"], '
                  'name="matmul"))',
     "03": KEEP + 'print(keep_table(RAW, add_vectors, SIZES, 20, ["gpu__time_duration.sum"], name="raw-x20"))\n'
