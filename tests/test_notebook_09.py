@@ -560,6 +560,7 @@ def test_section_3_prints_its_tables_within_eight_columns_and_its_clock_basis(ca
     assert all(ok for ok, _ in claims), claims
     assert "NVML's highest reading during CUPTI, 1,980 MHz" in printed
     assert said.startswith("unflushed: 1.12 ± 0.17 us per kernel, a share of the length, within what the clock")
+    assert said.endswith("; matmul 4096 +0.4 %") and len(said) <= 120
     shown = re.findall(r"nt\.show\(SIDE, \[(.*?)\]\)", source(STEM))
     assert len(shown) == 2 and all(len(columns.split(",")) <= 8 for columns in shown)  # tables of 8 columns at most
     assert sum(1 for line in printed.splitlines() if line.lstrip().startswith("op ")) == 2

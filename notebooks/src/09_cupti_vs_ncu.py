@@ -521,9 +521,7 @@ with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
     big = SIDE.iloc[-1]
     apart = 100 * (big["all us"] / big["CUPTI us"] - 1)
     nt.claim(abs(apart) < 5, f"for {big.op} the two tools agree within 5 %", f"{apart:+.2f} %")
-    s.result = (
-        f"unflushed: {per}, {length.split(' (')[0]}; {big.op}: {apart:+.1f} % under Nsight Compute"
-    )
+    s.result = f"unflushed: {per}, {length.split(' (')[0]}; {big.op} {apart:+.1f} %"
 
 
 # %% [markdown]
