@@ -398,9 +398,10 @@ with nt.section("2. Nsight Compute times the same workload, flushed and not") as
 #   length.
 # - **The clock's share.** Nsight Compute measured the clock each kernel ran at. CUPTI measured
 #   none, but no kernel of its call ran above NVML's highest reading (section 1). So NVML's
-#   highest reading / Nsight Compute's clock − 1 bounds the share of the length the clock can
-#   add. On a GPU whose clock is held (setup's banner says so), that reading is the lock, not the
-#   rated maximum, and the bound stays true.
+#   highest reading / Nsight Compute's clock − 1 (its lowest over the kernels) bounds the share
+#   of the length the clock can add. Where NVML could not be read, the rated maximum stands in,
+#   and the cell says so. On a GPU whose clock is held (setup's banner says so), the highest
+#   reading is the lock, not the rated maximum, and the bound stays true.
 #
 # The fit's verdicts: a cost per kernel (where *a*'s interval excludes 0), and for *b*: none
 # detected (its interval holds 0), within what the clock can add, or more than the clock can
