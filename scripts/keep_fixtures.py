@@ -45,7 +45,10 @@ IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its
                  'print(keep_table(AUTO["raw"], profile_heated, [N_HEAT], RUNS, [], name="thermal-auto"))',
     "09": KEEP + 'print(keep_table(CUPTI["table"], ck.workload, [()], ck.RUNS, [TIME], name="workload-cupti"))\n'
                  f'print(keep_table({EVENTS.format("CUPTI")}, ck.workload, [()], ck.RUNS, [TIME], name="events-cupti"))\n'
-                 f'print(keep_table({EVENTS.format("PLAIN")}, ck.workload, [()], ck.RUNS, [TIME], name="events-plain"))',
+                 f'print(keep_table({EVENTS.format("PLAIN")}, ck.workload, [()], ck.RUNS, [TIME], name="events-plain"))\n'
+                 # NVML's SM clock while CUPTI measured (section 1): the bound section 3 puts on CUPTI's clock
+                 'print(keep_table(pd.DataFrame([CUPTI_MHZ], columns=["median", "lowest", "highest"]), ck.workload, [()], '
+                 'ck.RUNS, [], name="cupti-clock"))',
     "10": KEEP + 'print(keep_table(DF, ek.stream, SIZES, RUNS, [TIME]))\n'
                  'print(keep_table(found, ek.matmul, [N_FULL], 1, list(found.metric), name="full-matmul"))',
     "11": KEEP + "".join(f'print(keep_table({table}, hk.measured, {table}[["size", "cache"]].drop_duplicates().values'
