@@ -20,6 +20,8 @@ CUPTI_REMEDY = "pip install 'nspy-tutorial[cupti]' (the README shows how to inst
 DRIVER_REMEDY = {True: "a Colab notebook cannot change the NVIDIA driver: these sections stay skipped on this runtime",
                  False: "update the NVIDIA driver to one this tool supports (its release notes name the minimum; CUDA "
                         "13 tools need R580 or newer), then restart the kernel; until then these sections stay skipped"}
+GENERATIONS = {(8, 0): "Ampere or newer: A100, A10G, L4, H100, ...",
+               (8, 9): "Ada or Hopper: L4, L40S, RTX 4090, H100, H200, ..."}  # what to run on, by the minimum
 NEEDS = {"gpu": "gpu", "profiler": "profiler (either backend)", "ncu": "ncu (the Nsight Compute backend)",
          "ncu-cli": "ncu-cli (ncu on a script)"}  # what a section can require, and plan()'s label for it
 LACKED_WITHOUT_GPU = {"gpu": (), "profiler": ("profiler",), "ncu": ("profiler", "ncu", "counters"),
@@ -90,7 +92,8 @@ class Environment:
         have = self.facts.compute_capability
         if have < minimum:
             raise Skip(f"{feature} needs compute capability >= {minimum[0]}.{minimum[1]}; this {self.gpu_name} is "
-                       f"{have[0]}.{have[1]}", "run on an Ampere-or-newer GPU (A100, L4, A10G, H100, ...) to see it",
+                       f"{have[0]}.{have[1]}", f"run on a GPU of compute capability {minimum[0]}.{minimum[1]} or newer "
+                       f"({GENERATIONS.get(minimum, 'a newer generation')}) to see it",
                        needs=need)
 
     def plan(self) -> list[tuple[str, bool, str]]:

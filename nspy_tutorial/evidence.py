@@ -105,10 +105,12 @@ def check_loaded(num_ranges: int, path: str | Path, writer: tuple[int, ...] | No
 
 
 def environment_record(env: Any) -> dict[str, Any]:
-    """``env`` (``nt.setup``'s), package versions, host, time and the banner's lines, as a JSON-ready dict."""
+    """``env`` (``nt.setup``'s), package versions, host, time and the banner's lines, as a JSON-ready dict; the SM
+    clock's state as setup read it (``ClockState.record``: free, or held and at what), so a cap shows in the evidence."""
     torch = sys.modules.get("torch")
     return {"recorded_at_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **dataclasses.asdict(env), "workdir": str(env.workdir) if env.workdir else None,
+            "clock": env.clock.record() if env.clock else None,
             "ncu_version": version_text(env.ncu_version) if env.ncu_version else None,
             "packages": {name: installed(name) for name in PACKAGES},
             "torch_cuda": getattr(getattr(torch, "version", None), "cuda", None) if torch else None,

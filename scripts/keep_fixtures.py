@@ -34,8 +34,9 @@ IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its
     "06": KEEP + 'print(keep_table(CALL_1, rk.roofs, [(N_STREAM, M_ROOF, ",".join(PRECISIONS))], 10, [TIME], name="roofs"))\n'
                  'print(keep_table(CALL_2, rk.roofs, [(N_STREAM, M_ROOF, ",".join(PRECISIONS))], 10, [TIME], '
                  'name="roofs-again"))',
-    "05": KEEP + 'print(keep_table(df, sweep, SIZES, RUNS, list(df.Metric.unique()), name="sweep-tflops"))\n'
-                 'print(keep_table(NORMALIZED, sweep, pair, RUNS, [TIMES.Metric.iloc[0]], name="sweep-normalized"))',
+    "05": KEEP + 'print(keep_table(SWEEP, pk.sweep, SIZES, RUNS, list(SWEEP.Metric.unique()), name="sweep-tflops"))\n'
+                 'print(keep_table(NORMALIZED, pk.sweep, pair, RUNS, [TIME], name="sweep-normalized"))\n'
+                 'print(keep_table(FP8, pk.fp8_matmul, SIZES[-1:], RUNS, list(FP8.Metric.unique()), name="fp8"))',
     "02": KEEP + 'print(keep_table(df.assign(sm_mhz=RAN_MHZ), matmul, [N], 1, ["gpu__time_duration.sum"], '
                  'name="matmul"))',
     "03": KEEP + 'print(keep_table(RAW, add_vectors, SIZES, 20, ["gpu__time_duration.sum"], name="raw-x20"))\n'
@@ -45,7 +46,10 @@ IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its
                  'print(keep_table(AUTO["raw"], profile_heated, [N_HEAT], RUNS, [], name="thermal-auto"))',
     "09": KEEP + 'print(keep_table(CUPTI["table"], ck.workload, [()], ck.RUNS, [TIME], name="workload-cupti"))\n'
                  f'print(keep_table({EVENTS.format("CUPTI")}, ck.workload, [()], ck.RUNS, [TIME], name="events-cupti"))\n'
-                 f'print(keep_table({EVENTS.format("PLAIN")}, ck.workload, [()], ck.RUNS, [TIME], name="events-plain"))',
+                 f'print(keep_table({EVENTS.format("PLAIN")}, ck.workload, [()], ck.RUNS, [TIME], name="events-plain"))\n'
+                 # NVML's SM clock while CUPTI measured (section 1): the bound section 3 puts on CUPTI's clock
+                 'print(keep_table(pd.DataFrame([CUPTI_MHZ], columns=["median", "lowest", "highest"]), ck.workload, [()], '
+                 'ck.RUNS, [], name="cupti-clock"))',
     "10": KEEP + 'print(keep_table(DF, ek.stream, SIZES, RUNS, [TIME]))\n'
                  'print(keep_table(found, ek.matmul, [N_FULL], 1, list(found.metric), name="full-matmul"))',
     "11": KEEP + "".join(f'print(keep_table({table}, hk.measured, {table}[["size", "cache"]].drop_duplicates().values'

@@ -69,8 +69,9 @@ FIGURES = (
            "DRAM bytes (counted by hand and measured) and time per variant: a + b * c against addcmul, and "
            "bias + GELU by hand, with F.gelu (and its bias add and GELU apart) and with torch.compile."),
     Figure("cupti-vs-ncu.png", "09", "plot",
-           "Each kernel's time under Nsight Compute minus its time under the CUPTI backend, in % of CUPTI's "
-           "mean, with a Welch 95 % interval: with the cache flush (cache_control='all') and without ('none')."),
+           "Nsight Compute's extra time per kernel over the CUPTI backend without the cache flush "
+           "(cache_control='none'), in us against the kernel's length on log-log axes, each with its Welch 95 % "
+           "interval; the fit (a cost per kernel plus a share of the length) and the most the clock could add."),
 )
 
 

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from nspy_tutorial import evidence
+from nspy_tutorial.clock import ClockState
 from nspy_tutorial.environment import Environment
 
 
@@ -148,3 +149,13 @@ def test_environment_record_is_json_ready_without_a_gpu(tmp_path):
     assert record["gpu_problem"] == "NVML sees no GPU" and record["facts"] is None
     assert record["banner"] and "packages" in record and "nsight-python" in record["packages"]
     assert json.loads(text)["notebook"] == "10_keeping_the_evidence"
+
+
+def test_environment_record_keeps_the_clock_state_so_a_cap_shows_in_the_evidence(tmp_path):
+    """The capped H200: SM clock held at 1,500 MHz even idle, the rated maximum 1,980 MHz (setup's reading)."""
+    held = ClockState("held", (1500, 1500), 1980, app_mhz=1980, default_app_mhz=1980, power_w=700.0, default_power_w=700.0)
+    env = dataclasses.replace(no_gpu_environment(), workdir=tmp_path, clock=held)
+    clock = json.loads(json.dumps(evidence.environment_record(env)))["clock"]
+    assert clock["state"] == "held" and clock["idle_mhz"] == [1500, 1500] and clock["max_mhz"] == 1980
+    assert clock["line"].startswith("HELD at 1,500 MHz even idle (76% of its 1,980 MHz)")
+    assert evidence.environment_record(dataclasses.replace(env, clock=None))["clock"] is None

@@ -192,3 +192,39 @@ def test_every_stated_tensor_peak_is_a_whole_power_of_two_flops_per_sm_cycle_at_
     for gpu, count in sms.items():
         per_cycle = sheets[gpu].fp16_tflops.value * 1e12 / (count * sheets[gpu].peak_clock_mhz("fp16") * 1e6)
         assert abs(per_cycle / 2 ** round(math.log2(per_cycle)) - 1) < 0.01, (gpu, per_cycle)
+
+
+# --------------------------------------------------------------------------
+# The FP8 column (05 section 7 sets an e4m3 GEMM against it)
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpu", ["T4", "A10", "A10G (AWS)", "A100 SXM4 40GB", "A100 SXM4 80GB", "A100 PCIe 80GB",
+                                 "V100 SXM2", "RTX 3090"])
+def test_a_gpu_without_fp8_tensor_cores_has_no_fp8_peak(sheets, gpu):
+    """Turing, Volta and Ampere have no FP8 tensor cores (compute capability below 8.9)."""
+    assert sheets[gpu].peak_tflops("fp8") == Peak(None)
+
+
+def test_every_fp8_peak_is_twice_the_dense_fp16_one_so_none_kept_a_sparse_or_fp16_accumulate_figure(sheets):
+    """FP8 tensor cores do twice the FP16 (FP32-accumulate) work per cycle on Ada and Hopper: a sparse figure
+    would read 4x, a GeForce FP16-accumulate one 4x too (the RTX 4090's 660.6)."""
+    with_fp8 = {gpu: sheet for gpu, sheet in sheets.items() if sheet.fp8_tflops.value}
+    assert set(with_fp8) == {"L4", "H100 SXM5", "H100 PCIe", "H100 NVL", "H200 SXM", "L40S", "RTX 4090", "B200 (HGX)"}
+    for gpu, sheet in with_fp8.items():
+        assert sheet.fp8_tflops.value / sheet.fp16_tflops.value == pytest.approx(2, rel=0.02), gpu
+
+
+def test_every_fp8_row_names_where_its_figure_comes_from():
+    for table_row in packaged_rows():
+        if table_row["fp8_tflops"] and table_row["basis"] == "sp/2":
+            assert "FP8" in table_row["source"] and "sparsity" in table_row["source"], table_row["gpu"]
+
+
+def test_the_fp8_peak_is_stated_at_the_tensor_clock_and_is_a_power_of_two_flops_per_sm_cycle(sheets):
+    """H100/H200 SXM: 1978.9 TFLOP/s = 132 SMs x 8192 flop/cycle x 1830 MHz (the H100 PCIe: 114 SMs, 1620 MHz)."""
+    sms = {"H200 SXM": 132, "H100 SXM5": 132, "H100 PCIe": 114, "L4": 58}
+    assert sheets["H200 SXM"].peak_clock_mhz("fp8") == 1830
+    for gpu, count in sms.items():
+        per_cycle = sheets[gpu].fp8_tflops.value * 1e12 / (count * sheets[gpu].peak_clock_mhz("fp8") * 1e6)
+        assert abs(per_cycle / 2 ** round(math.log2(per_cycle)) - 1) < 0.01, (gpu, per_cycle)

@@ -36,7 +36,7 @@ from nspy_tutorial import lessons  # noqa: E402
 
 STEM = "03_run_counts"
 SIZES = [1 << 14, 1 << 24]
-SAVED = ("timer_step", "robust_spread", "kept_stats", "halfwidth_pct", "runs_needed", "plan_runs")
+SAVED = ("timer_step", "robust_spread", "runs_needed", "plan_runs")
 
 
 def t95(k):
@@ -45,7 +45,7 @@ def t95(k):
 
 @pytest.fixture(scope="module")
 def nb():
-    return functions(STEM, *SAVED, "t95", "label", "batches", "warmup_excess", "ci_halfwidth_pct", np=np, pd=pd,
+    return functions(STEM, *SAVED, "kept_stats", "halfwidth_pct", "t95", "label", "batches", "warmup_excess", "ci_halfwidth_pct", np=np, pd=pd,
                      math=math, stats=stats)
 
 
@@ -268,7 +268,8 @@ def run_sections(raw, raw100, *numbers, clock=None, **given):
     """Run the notebook's sections ``numbers`` (3 to 7) on one session's raw tables, in one namespace that holds
     the notebook's functions of the cells before section 1 and its saved cells: (claims, results, namespace,
     printed)."""
-    nb = functions(STEM, "t95", "label", "batches", *SAVED, np=np, pd=pd, math=math, stats=stats)
+    nb = functions(STEM, "t95", "label", "batches", "kept_stats", "halfwidth_pct", *SAVED, np=np, pd=pd, math=math,
+                   stats=stats)
     namespace = dict(vars(nb), np=np, pd=pd, math=math, stats=stats, plt=plt, RAW=raw, RAW100=raw100, SIZES=SIZES,
                      TARGET=1.0, WARMUP=1, STEP=None, SERIES=None,
                      ENV=SimpleNamespace(require=lambda what: None, backend="cupti", clock=clock), **given)

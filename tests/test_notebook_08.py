@@ -14,6 +14,7 @@ slow run, a pause), and check that the analysis says what the data shows.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from types import SimpleNamespace
 
@@ -24,11 +25,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np
 import pandas as pd
 import pytest
-from notebook_code import fixture, functions, source
+from notebook_code import FIXTURES, fixture, functions, source
 from scipy import stats
 
-NB = functions("08_collectors_and_thermal", "partial_rank_correlation", "holm", "correlation_table", "robust_spread_pct",
-               "pause_evidence", "first_sample", "entry_proxy", "summarise", np=np, pd=pd, stats=stats, LIMIT_W=700.0)
+from nspy_tutorial.clock import ClockState, classify
+
+NB = functions("08_collectors_and_thermal", "partial_rank_correlation", "holm", "verdict", "correlation_table",
+               "robust_spread_pct", "pause_evidence", "first_sample", "entry_proxy", "summarise", np=np, pd=pd,
+               stats=stats, LIMIT_W=700.0)
+FREE, HELD = ClockState("free", (345, 1980), 1980), ClockState("held", (1500, 1500), 1980)  # as setup reads them
 
 
 def series(n=20, seed=0, trend=0.0, clock_effect=0.0):
@@ -127,9 +132,29 @@ def test_a_low_headroom_and_a_long_gap_are_reported_as_a_possible_pause():
 
 
 @pytest.mark.parametrize("first, word", [(345, "BELOW"), (1980, "ABOVE"), (1440, "within")])
-def test_first_sample_reports_whichever_way_the_data_went(first, word):
+@pytest.mark.parametrize("clock", [None, FREE], ids=["setup read no clock", "setup: free"])
+def test_first_sample_reports_whichever_way_the_data_went(first, word, clock):
     raw = pd.DataFrame({"sm_clock_mhz": [first] + [1425] * 19})
-    assert NB.first_sample(raw).startswith(word)
+    assert NB.first_sample(raw, clock).startswith(word)
+
+
+@pytest.mark.parametrize("first", [1500, 1440, 900])
+def test_on_a_clock_setup_found_held_the_first_sample_is_read_as_held_never_as_no_idle_effect(first):
+    """The capped H200 printed 'within 10 % ... (1500 vs 1455 MHz): no idle-clock effect here' under a 1,500 MHz lock."""
+    said = NB.first_sample(pd.DataFrame({"sm_clock_mhz": [first] + [1455] * 19}), HELD)
+    assert said.startswith("HELD at 1,500 MHz") and "no idle effect can show" in said
+    assert "no idle-clock effect seen" not in said
+
+
+def test_a_clock_that_never_moved_is_read_as_pinned():
+    said = NB.first_sample(pd.DataFrame({"sm_clock_mhz": [1500] * 20}), FREE)
+    assert said.startswith("PINNED (1500 vs 1500 MHz)") and "no idle-clock effect can show" in said
+
+
+def test_on_a_held_clock_the_annotation_sample_is_not_judged():
+    raw = pd.DataFrame({"Value": [1.1e6] + [1.25e6] * 19, "clock_at_entry_mhz": [1980] + [1480] * 19})
+    assert NB.entry_proxy(raw, FREE)[1] == "weak proxy"
+    assert NB.entry_proxy(raw, HELD)[1] == "not tested: the clock is held"
 
 
 # --- verdicts that hold from one run of the notebook to the next -------------------------------
@@ -255,7 +280,8 @@ def test_summarise_puts_the_highest_power_sample_against_the_enforced_cap():
     raw = notebook_run(4)["off"]
     row = NB.summarise({"mode": "off", "raw": raw, "wall": 3.0, "df": pd.DataFrame({"RelativeStdDevPct": [1.0]})})
     assert row["top_power_%_of_cap"] == pytest.approx(100 * raw.power_w.max() / 700.0)
-    assert row["power_W"] == f"{raw.power_w.min():.0f}-{raw.power_w.max():.0f}"
+    assert row["clock_MHz"] == f"{raw.clock_at_entry_mhz.min():.0f}-{raw.clock_at_entry_mhz.max():.0f}"
+    assert len(row) <= 8  # a table of 8 columns at most
 
 
 # --- sections 3 and 4's cells, run on a SYNTHETIC notebook run ----------------------------------
@@ -296,20 +322,18 @@ def test_sections_3_and_4_pool_the_series_when_auto_never_paused(capsys, monkeyp
     namespace = dict(np=np, pd=pd, stats=stats, plt=plt, nt=nt, ENV=SimpleNamespace(require=lambda what: None,
                      backend="cupti"), OFF=series["off"], THERMO=SimpleNamespace(thermal_wait=10, thermal_cont=20),
                      THERMO_OK=True, LIMIT_W=700.0, profile_heated=lambda mode: series[mode], RUNS=20, N_HEAT=8192,
-                     HEAT_S=0.1)
+                     HEAT_S=0.1, CLOCK_SAID="free")
     exec(compile(cell("# ## 3. `thermal_mode"), "section 3", "exec"), namespace)
     assert namespace["POOL"] is True and "auto never paused" in nt.result and "of the enforced limit" in nt.result
     exec(compile(cell("# ## 4. Does kernel time"), "section 4", "exec"), namespace)
     printed = capsys.readouterr().out
     assert "off and auto pooled" in printed and "1 - 0.95^3 = 14%" in printed
-    assert re.match(r"off and auto pooled, as auto never paused: off\+auto time vs clock_at_entry_mhz: "
-                    r"(negative|not distinguishable)", nt.result), nt.result
+    assert re.match(r"pooled: clock: (negative|not distinguishable)", nt.result) and len(nt.result) <= 120, nt.result
     plt.close("all")
 
 
 @pytest.mark.parametrize(("top_w", "said"), [(704.0, "power up to 100.6% of the enforced limit, a sample above it: the "
-                                                     "limit holds for an average over a window, so single samples can "
-                                                     "overshoot"),
+                                                     "limit holds on average over a window"),
                                              (699.0, "power up to 99.9% of the enforced limit")])
 def test_section_3_explains_a_power_sample_above_the_cap_only_where_there_is_one(top_w, said):
     run = notebook_run(5)
@@ -374,7 +398,7 @@ def section_1(tmp_path, monkeypatch, raw: pd.DataFrame, version: str, stale_pick
     namespace = dict(np=np, pd=pd, Path=__import__("pathlib").Path, nt=nt, evidence=evidence, scopes=scopes,
                      ENV=SimpleNamespace(require=lambda what: None, backend="cupti"),
                      nsight=SimpleNamespace(__version__=version), SCOPES_DIR="scopes/", SIZES=[1 << 20, 1 << 24],
-                     SCOPE_RUNS=5, NUMERIC=NUMERIC)
+                     SCOPE_RUNS=5, NUMERIC=NUMERIC, RUN_SCOPE=NUMERIC[1:5], CLOCK_SAID="free")
     text = source("08_collectors_and_thermal")
     cell = re.search(r'^with nt\.section\("1\. Collectors.*?(?=^# %%)', text, flags=re.M | re.S).group(0)
     exec(compile(cell, "section 1", "exec"), namespace)
@@ -432,3 +456,87 @@ def test_sections_2_to_4_give_the_same_verdicts_on_two_separate_gpu_runs():
     first, second = kept_verdicts(kept_run("run1")), kept_verdicts(kept_run("run2"))
     assert first.keys() == second.keys()
     assert all(agree(first[k], second[k]) for k in first), (first, second)
+
+
+# --- the same verdicts on the two recorded strict runs: a free H200, and the same H200 with its clock held ----------
+
+RECORDED = FIXTURES / "recorded"
+
+
+def recorded(name: str) -> dict:
+    return json.loads((RECORDED / f"08_collectors_and_thermal-verdicts-{name}.json").read_text(encoding="utf-8"))
+
+
+def setup_clock(csv: str) -> ClockState:
+    """What setup reads from the recorded run's first idle second (nvidia-smi samples; no process held the GPU)."""
+    rows = [row.split(",") for row in (FIXTURES / "clock" / f"h200-{csv}.csv").read_text().splitlines()[:5]]
+    mhz = [int(row[3]) for row in rows]
+    return ClockState(classify([(m, 0) for m in mhz], 1980), (min(mhz), max(mhz)), 1980)
+
+
+def section_2_series(printed: dict) -> pd.DataFrame:
+    """A series with the statistics section 2 printed: run 0's samples and time, the others' medians (what
+    first_sample and entry_proxy read); the others' ANNOTATION median from the implied clock it printed."""
+    n, t0, rest = printed["runs"], printed["run0_kernel_us"] * 1e3, printed["median_kernel_us_runs_1_on"] * 1e3
+    entry_median = printed["implied_mhz"] * t0 / rest
+    return pd.DataFrame({"Value": [t0] + [rest] * (n - 1),
+                         "sm_clock_mhz": [printed["first_run_sample_mhz"]] + [printed["median_of_others_mhz"]] * (n - 1),
+                         "clock_at_entry_mhz": [printed["run0_annotation_sample_mhz"]] + [entry_median] * (n - 1)})
+
+
+RECORDED_RUNS = {"normal": "normal", "capped": "clock-capped"}
+
+
+def recorded_verdicts(name: str) -> dict:
+    kept, clock = recorded(name), setup_clock(RECORDED_RUNS[name])
+    raw = section_2_series(kept["section_2"])
+    table = pd.DataFrame(kept["section_4"])
+    adjusted = NB.holm(table.p)  # section 4's verdicts, recomputed from the printed p-values
+    return {"clock": clock.state, "first RUN sample": NB.first_sample(raw, clock).split(" ")[0],
+            "ANNOTATION sample": NB.entry_proxy(raw, clock)[1],
+            **{test: NB.verdict(rho, p) for test, rho, p in zip(table.test, table.rho, adjusted)}}
+
+
+def test_setup_reads_the_recorded_runs_as_free_and_held():
+    assert setup_clock("normal").state == "free" and setup_clock("clock-capped").held_mhz == 1500
+
+
+def test_the_recorded_section_4_verdicts_are_what_the_verdict_code_gives_on_the_printed_p_values():
+    for name in RECORDED_RUNS:
+        table = pd.DataFrame(recorded(name)["section_4"])
+        # p_holm printed to 2 significant digits: Holm on the printed p gives it back within that rounding
+        assert NB.holm(table.p) == pytest.approx(table.p_holm.to_numpy(), rel=0.1)
+        assert [NB.verdict(r, p) for r, p in zip(table.rho, table.p_holm)] == list(table.verdict)
+
+
+def test_sections_2_and_4_agree_on_a_free_and_a_clock_capped_h200_or_name_the_held_clock():
+    """The capped run printed "within 10 % ...: no idle-clock effect here" and "ANNOTATION sample ...: close" under
+    a 1,500 MHz lock. Now: the free run's verdicts stand, and the capped run's differing ones name the held clock."""
+    free, held = recorded_verdicts("normal"), recorded_verdicts("capped")
+    assert (free["clock"], held["clock"]) == ("free", "held")
+    assert (free["first RUN sample"], held["first RUN sample"]) == ("ABOVE", "HELD")
+    assert (free["ANNOTATION sample"], held["ANNOTATION sample"]) == ("weak proxy", "not tested: the clock is held")
+    correlations = [k for k in free if k.startswith("time vs")]
+    assert len(correlations) == 3 and all(agree(free[k], held[k]) for k in correlations), (free, held)
+    assert free["time vs clock_at_entry_mhz, trend removed"].startswith("negative")
+    assert held["time vs clock_at_entry_mhz, trend removed"].startswith("negative")
+
+
+@pytest.mark.parametrize(("clock", "direction", "proxy"), [(FREE, "ABOVE", "weak proxy"),
+                                                          (HELD, "HELD at 1,500 MHz", "not tested: the clock is held")])
+def test_section_2_prints_setup_s_clock_reading_and_reads_the_first_sample_by_it(capsys, clock, direction, proxy):
+    """Section 2's cell on a SYNTHETIC series (section 4's), with setup's clock free or held."""
+    run = notebook_run(6)["off"]
+    nt = Notebook()
+    off = {"mode": "off", "raw": run, "df": pd.DataFrame({"RelativeStdDevPct": [1.0]}), "wall": 2.5}
+    namespace = dict(np=np, pd=pd, nt=nt, ENV=SimpleNamespace(require=lambda what: None, backend="cupti", clock=clock),
+                     THERMO=SimpleNamespace(init=lambda: True), profile_heated=lambda mode: off, RUNS=20, IDLE_S=1.5,
+                     CLOCK_SAID=clock.line().split(":")[0])
+    namespace.update(vars(functions("08_collectors_and_thermal", "first_sample", "entry_proxy", pd=pd)))
+    code = re.search(r'^with nt\.section\("2\. .*?(?=^# %%)', source("08_collectors_and_thermal"), flags=re.M | re.S)
+    exec(compile(code.group(0), "section 2", "exec"), namespace)  # noqa: S102
+    printed = capsys.readouterr().out
+    assert f"setup's reading of the SM clock: {clock.line().split(':')[0]}" in printed
+    assert nt.result.startswith(f"first RUN sample {direction}") and nt.result.endswith(proxy), nt.result
+    assert all(len(line) <= 120 for line in printed.splitlines()) and len(nt.result) <= 120
+    assert all(ok for ok, _, _ in nt.claims)

@@ -31,6 +31,7 @@ import pytest
 from notebook_code import fixture, functions, import_module, module_source, source
 
 from nspy_tutorial import evidence, ncu_cli
+from nspy_tutorial.clock import ClockState
 
 STEM = "10_keeping_the_evidence"
 
@@ -93,8 +94,8 @@ def test_readable_units(value, unit, shown):
 
 
 @pytest.mark.parametrize("metric, value, unit, shown", [
-    (WARP, 32.0, "", "32.0 of 32 threads (100 %)"),
-    (WARP, 19.2, "thread", "19.2 of 32 threads (60 %)"),
+    (WARP, 32.0, "", "32.0 of 32 threads"),
+    (WARP, 19.2, "thread", "19.2 of 32 threads"),
     (RATED, 1980000.0, "", "1,980 MHz"),  # kHz, whatever unit the report prints, as nsight-python reads it
     (RATED, 1590000.0, "khz", "1,590 MHz"),
 ])
@@ -117,12 +118,12 @@ def test_key_metrics_use_only_names_the_report_has():
     have = set(found.metric)
     used = [m for m in answers["metric used"] if m != "-"]
     assert set(used) <= have
-    assert answers.value["SM clock (measured)"].endswith("MHz") and answers.value["duration"].endswith("us")
-    clock = float(answers.value["SM clock (measured)"].split()[0].replace(",", ""))
+    assert answers.value["SM clock it ran at"].endswith("MHz") and answers.value["duration"].endswith("us")
+    clock = float(answers.value["SM clock it ran at"].split()[0].replace(",", ""))
     assert 100 < clock < 5000
     if any("op_gmma" in m for m in have):  # a Hopper report: the wgmma row reads a GMMA metric
-        assert "gmma" in answers["metric used"]["wgmma instructions issued (GMMA)"]
-    assert "cycles_active" in answers["metric used"]["tensor pipe busy, any"]  # busy cycles, not instructions
+        assert "gmma" in answers["metric used"]["wgmma issued"]
+    assert "cycles_active" in answers["metric used"]["tensor pipes busy"]  # busy cycles, not instructions
 
 
 def test_key_metrics_say_what_is_missing():
@@ -173,7 +174,7 @@ def test_the_full_report_answers_warp_efficiency_and_the_rated_clock():
     """Fails until the full-matmul fixture is kept again with the new key metrics (WARP and RATED)."""
     _, found = fixture(f"{STEM}--full-matmul")
     answers = NB.key_metrics(found).set_index("question").value
-    assert "of 32 threads (" in answers["warp execution efficiency"] and answers["rated maximum clock"].endswith("MHz")
+    assert answers["warp execution efficiency"].endswith(" of 32 threads") and answers["rated max SM clock"].endswith("MHz")
     ran, top = NB.clocks_mhz(found)
     assert 100 < ran < top  # ncu's default --clock-control base: below the rated maximum
 
@@ -242,7 +243,7 @@ SOL = """  nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_TNN (132, 2, 1)x(384, 1, 1
 """
 
 
-def section_2b(tmp_path, monkeypatch, found: pd.DataFrame, page: str = SOL) -> Recorder:
+def section_2b(tmp_path, monkeypatch, found: pd.DataFrame, page: str = SOL, clock=None) -> Recorder:
     """Run 10 section 2b's cell with ncu and ncu_report faked: the report holds `found` (and padding metrics)."""
     monkeypatch.chdir(tmp_path)
     metrics = {m: FakeMetric(v, u) for m, v, u in found.itertuples(index=False)}
@@ -262,7 +263,7 @@ def section_2b(tmp_path, monkeypatch, found: pd.DataFrame, page: str = SOL) -> R
     nt = Recorder()
     text = source(STEM)
     cell = re.search(r"^with nt\.section\(\"2b\..*?(?=^# %%)", text, flags=re.M | re.S).group(0)
-    env = SimpleNamespace(require=lambda *a, **k: None, ncu_path="/opt/ncu", ncu_version=(2025, 3))
+    env = SimpleNamespace(require=lambda *a, **k: None, ncu_path="/opt/ncu", ncu_version=(2025, 3), clock=clock)
     namespace = dict(nt=nt, ENV=env, EVIDENCE=tmp_path / "evidence",
                      ncu_cli=SimpleNamespace(run=run, command_text=ncu_cli.command_text,
                                              to_base_units=ncu_cli.to_base_units),
@@ -289,12 +290,21 @@ def test_section_2b_prints_the_base_clock_beside_the_duration_and_the_speed_of_l
     printed = capsys.readouterr().out
     assert all(ok for ok, _ in nt.claims), nt.claims
     ran, top = NB.clocks_mhz(report)  # the kept run's own clocks (about 1,250-1,280 of 1,980 MHz on the H200)
-    assert f"us at {ran:,.0f} of {top:,.0f} MHz ({100 * ran / top:.0f} %): ncu asked for base" in printed
+    assert f"at an SM clock of {ran:,.0f} MHz measured during the kernel" in printed
+    assert f"{100 * ran / top:.0f} % of the rated maximum, {top:,.0f} MHz" in printed
+    assert "The clock basis: ncu locked the clocks to base for the run" in printed and "held" not in printed
     assert "$ /opt/ncu --import" in printed and "--page details --section SpeedOfLight" in printed
     assert printed.count("--page details") == 1 and "Section: GPU Speed Of Light Throughput" in printed
-    assert "its counters include wgmma work" in printed
-    assert re.search(r"warp execution efficiency [\d.]+ of 32 threads", nt.result)
-    assert "rated maximum clock 1,980 MHz" in nt.result
+    assert "it counts wgmma work here" in printed
+    assert re.search(r"; [\d.]+ of 32 threads active$", nt.result)
+    assert f" at {ran:,.0f} of 1,980 MHz (locked to base); " in nt.result and len(nt.result) <= 120
+    assert all(len(line) <= 120 for line in printed.splitlines() if not line.startswith("  $ "))
+
+
+def test_section_2b_names_a_clock_setup_found_held(tmp_path, monkeypatch, capsys):
+    held = ClockState("held", (1500, 1500), 1980)
+    section_2b(tmp_path, monkeypatch, kept_report(), clock=held)
+    assert "Setup also found the SM clock held at 1,500 MHz: free is not free here." in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("page, rated, failing", [
@@ -327,3 +337,33 @@ def test_sections_1_and_2b_give_the_same_verdicts_on_two_separate_gpu_runs():
     first, second = verdicts("run1"), verdicts("run2")
     assert first == second
     assert first["below the rated clock"] is True
+
+
+# --- section 3's cell: the zip keeps the clock state ----------------------------------------------
+
+def test_section_3_zips_an_environment_record_that_shows_a_held_clock(tmp_path, monkeypatch, capsys):
+    """The zip of a run on the capped H200 must show the cap: environment.json's clock and README.txt's line."""
+    import dataclasses
+    import shutil
+    import zipfile
+    from pathlib import Path
+
+    from test_evidence import no_gpu_environment
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "evidence_kernels.py").write_text("# the module\n")
+    folder = tmp_path / "evidence-20261204-140323"
+    folder.mkdir()
+    env = dataclasses.replace(no_gpu_environment(), workdir=tmp_path, clock=ClockState("held", (1500, 1500), 1980))
+    nt = Recorder()
+    text = source(STEM)
+    cell = re.search(r"^with nt\.section\(\"3\..*?(?=^# %%)", text, flags=re.M | re.S).group(0)
+    namespace = dict(nt=nt, ENV=env, EVIDENCE=folder, evidence=evidence, json=json, shutil=shutil, zipfile=zipfile,
+                     Path=Path, RAW=None, FULL_REPORT=None, N_FULL=4096)
+    exec(compile(cell, "10 section 3", "exec"), namespace)  # noqa: S102
+    with zipfile.ZipFile(tmp_path / "evidence-20261204-140323.zip") as archive:
+        record = json.loads(archive.read("evidence-20261204-140323/environment.json"))
+        readme = archive.read("evidence-20261204-140323/README.txt").decode()
+    assert record["clock"]["state"] == "held" and record["clock"]["idle_mhz"] == [1500, 1500]
+    assert "SM clock before anything ran: HELD at 1,500 MHz even idle" in readme
+    assert "the clock it records: held" in capsys.readouterr().out and nt.result.endswith("SM clock held")

@@ -420,18 +420,6 @@ def robust_spread(v: np.ndarray, step: float) -> tuple[np.ndarray, float]:
     return keep, 100 * max(v[keep].std(ddof=1), step / math.sqrt(12)) / v[keep].mean()
 
 
-def kept_stats(v: np.ndarray, step: float) -> tuple[float, float, int]:
-    """Mean, standard deviation (at least step / sqrt(12)) and number of the runs robust_spread keeps."""
-    x = v[robust_spread(v, step)[0]]
-    return float(x.mean()), max(float(x.std(ddof=1)), step / math.sqrt(12)), len(x)
-
-
-def halfwidth_pct(v: np.ndarray, step: float) -> float:
-    """The Student-t 95 % half-width of the mean of the runs kept_stats keeps, in % of that mean."""
-    mean, sd, n = kept_stats(v, step)
-    return 100 * float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) / mean
-
-
 def runs_needed(rsd_pct: float, target_pct: float, assurance: float = 0.9) -> int:
     """Fewest runs k >= 2 whose 95 % half-width t(k-1) s / sqrt(k) stays within target_pct in a share
     `assurance` of batches, for runs that scatter normally with an RSD of rsd_pct: (k-1) s^2 / sigma^2
@@ -458,6 +446,18 @@ def plan_runs(
 
 
 # %%
+def kept_stats(v: np.ndarray, step: float) -> tuple[float, float, int]:
+    """Mean, standard deviation (at least step / sqrt(12)) and number of the runs robust_spread keeps."""
+    x = v[robust_spread(v, step)[0]]
+    return float(x.mean()), max(float(x.std(ddof=1)), step / math.sqrt(12)), len(x)
+
+
+def halfwidth_pct(v: np.ndarray, step: float) -> float:
+    """The Student-t 95 % half-width of the mean of the runs kept_stats keeps, in % of that mean."""
+    mean, sd, n = kept_stats(v, step)
+    return 100 * float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) / mean
+
+
 def windows_met(v: np.ndarray, k: int, step: float) -> tuple[float, int, int, int]:
     """The plan of k runs tried on v: (share of the windows starting at every run that met TARGET,
     their number, windows met among the ones that do not overlap, their number)."""

@@ -1,78 +1,47 @@
 # %% [markdown]
-# # 05 · Precision sweeps: fp32, TF32, fp16 and bf16 against the datasheet
+# # 05 · Precision sweeps: fp32 vs fp16 first, then TF32, bf16 and FP8, against the datasheet
 #
 # **What you will learn**
-# - how to sweep matrix sizes and precisions in one benchmark, with one annotation per
-#   precision;
-# - why nsight-python can refuse a sweep over sizes (its kernel-count check) -- and the fix:
-#   one profiled call per size;
-# - `derive_metric`, to get TFLOP/s as a metric of its own, and `normalize_against`, to
-#   get times relative to fp32 -- and the trap in normalisation: **only `AvgValue` is
-#   divided**; `MinValue`, `MaxValue`, `StdDev`, the CI and `Unit` still describe raw
-#   nanoseconds, `Geomean` is built from the divided values;
-# - how TF32 is switched on in PyTorch (`fp32_precision`, or `allow_tf32` on older
-#   versions), and how to check by its numbers that it really is on;
-# - where each precision lands against this GPU's datasheet peak (plot and table), and the
-#   clock beside the largest sizes: measured under Nsight Compute, not measured under CUPTI.
+# - seed 000's sweep: one benchmark, one annotation per precision (fp32 and fp16), matrix sizes
+#   swept, and `derive_metric` to get TFLOP/s as a metric of its own;
+# - why nsight-python can refuse a sweep over sizes in one call (its kernel-count check), and
+#   the fix: one profiled call per size;
+# - the sweep widened: TF32 (how it is switched on in PyTorch, and a check by its numbers that
+#   it is on), bf16, and FP8 on GPUs that have FP8 tensor cores (`torch._scaled_mm`, e4m3);
+# - `normalize_against`, and its trap: **only `AvgValue` is divided**;
+# - where each precision lands against this GPU's datasheet peak, and at which clock: the one
+#   the datasheet assumes, the one the kernels ran at (measured under Nsight Compute; under
+#   CUPTI, NVML's reading during the call, said as such);
+# - how to read a change between two sizes against the run-to-run band of this run.
 #
-# TF32 and bf16 need compute capability ≥ 8.0 (Ampere or newer). On a T4 (7.5) they
-# are left out, with the reason printed -- no row is faked. Runs on either backend. On Colab
-# each notebook runs in a fresh runtime of its own: the setup cell below installs what this
-# notebook needs (nothing has to run before it), and a second run of it skips what is there.
+# TF32 and bf16 need compute capability ≥ 8.0 (Ampere or newer), FP8 ≥ 8.9 (Ada, Hopper): on
+# a T4 (7.5) those sections are SKIPPED with the reason -- no row is faked. Runs on either
+# backend. On Colab each notebook runs in a fresh runtime of its own: the setup cell below
+# installs what this notebook needs, and a second run of it skips what is there.
 
 # %%
 {{SETUP}}
 
 # %%
-import inspect
-import math
+import re
 
 import matplotlib.pyplot as plt
 import nsight
 import numpy as np
 import pandas as pd
-import pynvml
-import torch
-from scipy import stats
 
 from nspy_tutorial import ncu_cli
+from nspy_tutorial.clock import Sampler
+from nspy_tutorial.lessons import run_to_run_pct, welch_shift
 
-pd.set_option("display.width", 200)
-SILENT = (
-    nsight.VerbosityLevel.SILENT
-)  # every profile here is silent; notebook 02 shows nsight's output
-SIZES = [256, 512, 1024, 2048, 4096, 8192]
-DTYPES = {
-    "fp32": torch.float32,
-    "tf32": torch.float32,
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-}
-PRECISIONS = []
-if ENV.facts:
-    # three n x n fp32 matrices must fit comfortably: keep them under a quarter of memory
+SILENT = nsight.VerbosityLevel.SILENT
+QUIET = dict(thermal_mode="off", verbosity=SILENT)  # every profile: no thermal pauses, no output
+TIME, SM_HZ = "gpu__time_duration.sum", "gpc__cycles_elapsed.avg.per_second"
+SIZES, RUNS = [256, 512, 1024, 2048, 4096, 8192], 5
+if ENV.facts:  # three n x n fp32 matrices must fit comfortably: under a quarter of the memory
     SIZES = [n for n in SIZES if 3 * 4 * n * n < ENV.facts.memory_bytes / 4]
-    ampere = ENV.facts.compute_capability >= (8, 0)
-    PRECISIONS = ["fp32", "tf32", "fp16", "bf16"] if ampere else ["fp32", "fp16"]
-    if not ampere:
-        print(
-            f"TF32 and bf16 left out: they need compute capability >= 8.0, this GPU is "
-            f"{ENV.facts.compute_capability[0]}.{ENV.facts.compute_capability[1]}"
-        )
-    print("sizes:", SIZES, " precisions:", PRECISIONS)
-
-# PyTorch >= 2.9 switches TF32 with `fp32_precision` ("tf32" / "ieee"); `allow_tf32` is being
-# deprecated, and mixing the two raises. Use the new one where this torch has it.
-NEW_TF32_API = hasattr(torch.backends.cuda.matmul, "fp32_precision")
-TF32_SWITCH = "torch.backends.cuda.matmul." + ("fp32_precision" if NEW_TF32_API else "allow_tf32")
-print("TF32 switch used here:", TF32_SWITCH)
-
-
-def set_tf32(on: bool) -> None:
-    if NEW_TF32_API:
-        torch.backends.cuda.matmul.fp32_precision = "tf32" if on else "ieee"
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = on
+SHEET = ENV.datasheet
+SWEEP = TF = COUNTS = BAND = None  # made by sections 1 (3), 4 and 5; a later section needs them
 
 
 def add(a: float, b: float) -> float:
@@ -80,71 +49,198 @@ def add(a: float, b: float) -> float:
     return a + b
 
 
-def kernel_names(kernel_column: str) -> list[str]:
-    """The Kernel column joins combined kernels with '|': one short name each (nt.short_kernel_name)."""
-    return [nt.short_kernel_name(name) for name in kernel_column.split("|")]
+def tflops(time_ns: float, n: int) -> tuple[float, str]:
+    """derive_metric: 2 n^3 flops (a multiply and an add per term) over the measured time."""
+    return 2 * n**3 / (time_ns * 1e-9) / 1e12, "TFLOP/s"
 
 
 def rows_of(results) -> pd.DataFrame:
-    """results.to_dataframe(), refusing an empty table (what 1.1.0 returns when no kernel ran; 1.1.1 raises itself)."""
+    """to_dataframe(), refusing an empty table (1.1.0's answer when no kernel ran; 1.1.1 raises)."""
     table = results.to_dataframe()
     if table.empty:
         raise RuntimeError("No kernels were profiled: nsight-python returned an empty table")
     return table
 
 
-def refusal(call) -> str | None:
-    """None if call() returned, else the first line of nsight-python's refusal: judged by where it was raised, not by
-    its words (1.1.1 changed them); any other error propagates."""
-    try:
-        call()
-    except Exception as exc:
-        if (
-            not inspect.trace()[-1].frame.f_globals.get("__name__", "").startswith("nsight")
-        ):  # where it was raised
-            raise
-        return f"{type(exc).__name__}: " + (str(exc).splitlines() or [""])[0]
-    return None
-
-
-@nsight.experimental.collect(scope=nsight.CollectionScope.ANNOTATION)
-def nvml_mhz_at_entry(annotation_name, n):
-    """NVML's SM clock when the annotation opens, before its kernel starts: a weak proxy for the kernel's clock."""
-    return pynvml.nvmlDeviceGetClockInfo(NVML, pynvml.NVML_CLOCK_SM)
+def one_call_per_size(bench, sizes: list[int]) -> pd.DataFrame:
+    """Profile each size in its own call (section 4 shows why), with NVML's SM clock sampled
+    during the call: the clock the kernels ran near, not measured by CUPTI (``nvml_mhz``)."""
+    tables = []
+    for n in sizes:
+        with Sampler() as clock:
+            table = rows_of(bench(configs=[n]))
+        tables.append(table.assign(nvml_mhz=clock.mhz[0] if clock.mhz else np.nan))
+    return pd.concat(tables, ignore_index=True)
 
 
 # %% [markdown]
-# ## 1. TF32: how it is switched on, and a check that it is on
-#
-# On Ampere and newer GPUs, fp32 matmuls *can* run on tensor cores in TF32 (inputs
-# rounded to a 10-bit mantissa, fp32 keeps 23; fp32 accumulate). PyTorch leaves it
-# **off** for matmuls by default. The switch is
-# `torch.backends.cuda.matmul.fp32_precision = "tf32"` (`"ieee"` = off) in PyTorch 2.9
-# and newer, `torch.backends.cuda.matmul.allow_tf32 = True` before; the cell above says
-# which one this torch uses.
-#
-# The kernel name hints at it, but the reliable check is numerical: the same fp32
-# matmul, with the same inputs, against a float64 reference. With the default settings
-# its error is plain fp32's; switched on, TF32's rounding makes it many times larger --
-# the cell prints how many.
+# The kernels, written once in `precision_kernels.py` (`%%writefile`): `sweep(n)` makes two
+# n × n matrices per precision, then multiplies each pair inside an annotation named after
+# its precision; `PRECISIONS` starts as seed 000's pair, fp32 and fp16. `fp8_matmul` is
+# section 7's.
+
+# %% writefile precision_kernels.py
+"""Notebook 05's kernels: n x n matmuls in fp32 and fp16 (seed 000's sweep), TF32, bf16 and FP8."""
+
+import nsight
+import torch
+
+DTYPES = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "tf32": torch.float32,
+    "bf16": torch.bfloat16,
+}
+PRECISIONS = ["fp32", "fp16"]  # section 3 adds "tf32" and "bf16"
+# PyTorch >= 2.9 switches TF32 with fp32_precision ("tf32"/"ieee"); before, with allow_tf32
+TF32_SWITCH = (
+    "fp32_precision" if hasattr(torch.backends.cuda.matmul, "fp32_precision") else "allow_tf32"
+)
+
+
+def set_tf32(on: bool) -> None:
+    if TF32_SWITCH == "fp32_precision":
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if on else "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = on
+
+
+def sweep(n: int) -> None:
+    """One annotated n x n matmul per precision; TF32 switched on only around its own."""
+    pairs = {
+        p: [torch.randn(n, n, device="cuda", dtype=DTYPES[p]) for _ in "ab"] for p in PRECISIONS
+    }
+    for p, (a, b) in pairs.items():
+        set_tf32(p == "tf32")
+        with nsight.annotate(p):
+            _ = a @ b
+    set_tf32(False)
+
+
+def fp8_matmul(n: int) -> None:
+    """Section 7: an e4m3 GEMM, scales 1.0 (float32 scalars on the GPU), out in bf16; cuBLAS wants
+    the second operand column-major: the .t() of a row-major tensor."""
+    a, b = (torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn) for _ in "ab")
+    one = torch.ones((), device="cuda")
+    with nsight.annotate("fp8"):
+        _ = torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
 
 # %%
+import precision_kernels as pk
+
+
+def versus_datasheet(rates: pd.DataFrame, nvml_mhz) -> pd.DataFrame:
+    """% of each precision's datasheet peak (columns: precisions, rows: n), with the clock basis: the
+    clock the datasheet assumes, NVML's during the calls, a clock that setup found held. Plotted."""
+    peaks = {p: SHEET.peak_tflops(p).value for p in rates} if SHEET else {}
+    pct = pd.DataFrame({p: 100 * rates[p] / peak for p, peak in peaks.items() if peak})
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, p in enumerate(rates):
+        ax.plot(rates.index, rates[p], "o-", color=f"C{i}", label=p)
+        if peaks.get(p):
+            ax.axhline(peaks[p], color=f"C{i}", ls="--", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="n (n x n x n matmul)", ylabel="TFLOP/s")
+    ax.set_title(f"{ENV.gpu_name}: measured (solid) vs datasheet peak (dashed)")
+    ax.legend()
+    plt.show()
+    if pct.empty:
+        print(f"  {ENV.gpu_name} is not in the datasheet table: no % of peak")
+        return pct
+    clocks = ", ".join(f"{p} {SHEET.peak_clock_mhz(p) or float('nan'):,.0f}" for p in pct)
+    print(f"  % of the datasheet peak, which assumes an SM clock of (MHz): {clocks}")
+    seen = (
+        f"median {np.nanmedian(nvml_mhz):,.0f} MHz" if np.isfinite(nvml_mhz).any() else "not read"
+    )
+    print(f"  NVML's SM clock during the calls: {seen} (not the kernels' own: see section 6)")
+    if ENV.clock and ENV.clock.state == "held":
+        held = f"HELD at {ENV.clock.held_mhz:,} MHz, {ENV.clock.ratio:.0%} of its maximum"
+        print(
+            f"  setup found the SM clock {held}: these figures sit under the datasheet by about that"
+        )
+    print(pct.to_string(float_format="{:6.1f}".format))
+    for p in pct:
+        nt.claim(
+            pct[p].max() <= 100, f"{p} never exceeds its datasheet peak", f"max {pct[p].max():.1f}%"
+        )
+    return pct
+
+
+# %% [markdown]
+# ## 1. Seed 000's sweep: fp32 vs fp16, TFLOP/s by size
+#
+# The decorator gets `derive_metric=tflops`, a function we write: nsight-python calls it for
+# every run with the measured metric (`gpu__time_duration.sum`, in ns) followed by the
+# benchmark's arguments (`n`), and adds what it returns -- `(value, "TFLOP/s")` -- as a second
+# metric named after the function. cuBLAS may launch more than one kernel for one matmul:
+# `combine_kernel_metrics=add` sums them. Each size is profiled in a call of its own (section 4
+# shows why), and NVML's SM clock is sampled while each call runs (`clock.Sampler`): under
+# CUPTI nothing else says at what clock the kernels ran.
+#
+# What to look for: fp16 runs on the
+# [tensor cores](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#tensor-core)
+# (units that multiply small matrices in one step), fp32 does not, so fp16 pulls ahead with
+# size; small matrices are far from any peak. The % of the datasheet is set at the clock the
+# datasheet assumes, printed beside it.
+
+# %%
+seed_sweep = nsight.analyze.kernel(
+    runs=RUNS, derive_metric=tflops, combine_kernel_metrics=add, **QUIET
+)(pk.sweep)
+
+with nt.section("1. Seed 000's sweep: fp32 vs fp16") as s:
+    ENV.require("profiler")
+    SWEEP = one_call_per_size(seed_sweep, SIZES)
+    TF = SWEEP[SWEEP.Metric == "tflops"].pivot(index="n", columns="Annotation", values="AvgValue")
+    TF = TF[pk.PRECISIONS]
+    print(nt.rules(ENV.backend) + "\n  TFLOP/s (derive_metric, mean over the runs):")
+    print(TF.to_string(float_format="{:8.1f}".format))
+    timed, derived = (
+        SWEEP[SWEEP.Metric == m].set_index(["Annotation", "n"]) for m in (TIME, "tflops")
+    )
+    # TFLOP/s of each size's fastest run
+    fastest = 2 * timed.index.get_level_values("n") ** 3 / timed.MinValue / 1e3
+    nt.claim(
+        np.allclose(derived.MaxValue / fastest, 1),
+        "derive_metric runs per run: the tflops maximum is 2 n^3 / (the fastest run)",
+    )
+    big = SIZES[-1]
+    nt.claim(TF.fp16[big] > TF.fp32[big], "fp16 (tensor cores) beats fp32 at the largest size")
+    pct = versus_datasheet(TF, SWEEP.nvml_mhz.to_numpy())
+    share = ", ".join(f"{p} {pct[p][big]:.0f}%" for p in pct) or "no datasheet peak"
+    s.result = f"n={big}: fp32 {TF.fp32[big]:.1f}, fp16 {TF.fp16[big]:.1f} TFLOP/s ({share} of the datasheet)"
+
+# %% [markdown]
+# ## 2. TF32: how it is switched on, and a check that it is on
+#
+# On Ampere and newer GPUs, fp32 matmuls *can* run on tensor cores in
+# [TF32](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#tf32) (inputs
+# rounded to a 10-bit mantissa, fp32 keeps 23; fp32 accumulate). PyTorch leaves it **off** for
+# matmuls by default. The switch is `torch.backends.cuda.matmul.fp32_precision = "tf32"` in
+# PyTorch 2.9 and newer, `allow_tf32 = True` before (`pk.set_tf32` picks the one this torch has).
+# The kernel name hints at it, but the reliable check is numerical: the same fp32 matmul against
+# a float64 reference -- switched on, TF32's rounding makes its error many times fp32's.
+
+
+# %%
+import torch
+
+
 def matmul_error(tf32: bool | None, n: int = 1024) -> float:
     """Max relative error of an fp32 matmul against float64: TF32 on, off, or (None) as configured."""
     torch.manual_seed(0)
     a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
     if tf32 is not None:
-        set_tf32(tf32)
+        pk.set_tf32(tf32)
     try:
         got = (a @ b).double()
     finally:
-        set_tf32(False)
+        pk.set_tf32(False)
     ref = a.double() @ b.double()
     return float(((got - ref).abs().max() / ref.abs().max()).item())
 
 
-with nt.section("1. TF32 is really on when switched on") as s:
+with nt.section("2. TF32 is really on when switched on") as s:
     ENV.require_compute_capability((8, 0), "TF32")
     e_default = matmul_error(None)  # first, before anything is switched
     e32, e_tf32 = matmul_error(False), matmul_error(True)
@@ -160,469 +256,265 @@ with nt.section("1. TF32 is really on when switched on") as s:
         abs(e_default - e32) < abs(e_default - e_tf32),
         "PyTorch's default leaves TF32 off for fp32 matmuls: its error is fp32's, not TF32's",
     )
-    s.result = f"TF32's error was {e_tf32 / e32:.0f}x fp32's on this GPU ({e_tf32:.1e} vs {e32:.1e}), switched with {TF32_SWITCH}"
+    s.result = f"TF32's error {e_tf32 / e32:.0f}x fp32's, switched with {pk.TF32_SWITCH}"
 
 # %% [markdown]
-# ## 2. The benchmark, and why we profile one size at a time
+# ## 3. The sweep widened: TF32 and bf16
 #
-# One function, one annotation per precision; TF32 is switched on only around its own
-# annotation. `derive_metric=tflops` is a function we write: nsight-python calls it for
-# every run with the measured metric (`gpu__time_duration.sum`, in ns) followed by the
-# benchmark's arguments (`n`), and adds what it returns -- `(value, "TFLOP/s")` -- as a
-# second metric named after the function, next to the time.
-#
-# nsight-python requires **each annotation to launch the same number of kernels in
-# every configuration and run**: it divides the number of kernels an annotation
-# launched in the whole call by (configurations × runs). cuBLAS picks its algorithm by
-# size and GPU, and some algorithms launch more than one kernel (the names are printed
-# below, for the sizes where that happens on your GPU). Sweeping all sizes in one call
-# then raises an error that the kernel count per run differs (nsight-python 1.1.0 words it
-# *"Expect same number of kernels per run. Got average of … per run"*; 1.1.1 words it
-# differently, with the kernel and run counts) -- or silently mixes kernels up when the
-# totals happen to divide evenly.
-#
-# The sweep also records NVML's SM clock as each annotation opens (`nvml_mhz_at_entry`, an
-# `ANNOTATION` collector, notebook 08): a weak proxy for the clock the kernel ran at, read
-# before the kernel starts, while earlier work may still be running. Section 6 uses it
-# where nothing better is measured.
-#
-# Options the nsight-python docs give: `combine_kernel_metrics` (combines the kernels of
-# a run, but still needs equal counts), `ignore_kernel_list` (drop a helper kernel by
-# name; names differ by GPU), `replay_mode="range"` (Nsight Compute only: one result per
-# range). The portable fix is **one profiled call per size**, the loop `one_call_per_size`
-# below: then only the runs of one size must agree, which they do. Section 3 shows what
-# happens on your GPU either way.
-
+# The same function, two more annotations: `pk.PRECISIONS` gets `"tf32"` and `"bf16"`, and the
+# sweep runs again, one call per size. The kernel names and counts show what cuBLAS chose; a
+# size where one matmul takes two kernels matters in section 4. Sections 4 to 6 read this wider
+# sweep where it ran, seed 000's otherwise.
 
 # %%
-def tflops(time_ns: float, n: int) -> tuple[float, str]:
-    """derive_metric: 2 n^3 flops (a multiply and an add per term) over the measured time."""
-    return 2 * n**3 / (time_ns * 1e-9) / 1e12, "TFLOP/s"
-
-
-def sweep(n: int) -> None:
-    inputs = {
-        p: (
-            torch.randn(n, n, device="cuda", dtype=DTYPES[p]),
-            torch.randn(n, n, device="cuda", dtype=DTYPES[p]),
-        )
-        for p in PRECISIONS
-    }
-    for p in PRECISIONS:
-        a, b = inputs[p]
-        set_tf32(p == "tf32")
-        with nsight.annotate(p):
-            _ = a @ b
-    set_tf32(False)
-
-
-def one_call_per_size(bench, sizes: list[int]) -> pd.DataFrame:
-    """Profile each size in its own call: the kernel-count check then spans one size only."""
-    return pd.concat([rows_of(bench(configs=[n])) for n in sizes], ignore_index=True)
-
-
-RUNS, DRIFT = (
-    5,
-    None,
-)  # DRIFT: how far section 4's second call moved the same kernels (section 6 reads it)
-sweep_tflops = nsight.analyze.kernel(
-    runs=RUNS,
-    derive_metric=tflops,
-    thermal_mode="off",
-    verbosity=SILENT,
-    combine_kernel_metrics=add,
-    info_collectors=[nvml_mhz_at_entry],
-)(sweep)
-
-with nt.section("2. Sweep sizes one call per size, with a derived TFLOP/s metric") as s:
+with nt.section("3. The sweep widened: TF32 and bf16") as s:
+    ENV.require_compute_capability((8, 0), "the widened sweep (TF32, bf16)")
     ENV.require("profiler")
-    pynvml.nvmlInit()
-    NVML = (
-        nt.nvml_handle()
-    )  # the GPU CUDA runs on (NVML's own numbering ignores CUDA_VISIBLE_DEVICES)
-    df = one_call_per_size(sweep_tflops, SIZES)
-    TF = df[df.Metric == "tflops"].pivot(index="n", columns="Annotation", values="AvgValue")[
-        PRECISIONS
-    ]
-    TIMES = df[df.Metric == "gpu__time_duration.sum"]
-    COUNTS = TIMES.assign(kernels=[len(kernel_names(k)) for k in TIMES.Kernel]).pivot(
-        index="n", columns="Annotation", values="kernels"
-    )[PRECISIONS]
-    print(nt.rules(ENV.backend))
-    print("  TFLOP/s (derive_metric, mean over the runs):")
-    print(TF.to_string(float_format=lambda v: f"{v:8.1f}"))
-    print("\n  kernels per annotation and run:")
-    print(COUNTS.to_string())
-    for _, r in TIMES.iterrows():
-        if len(kernel_names(r.Kernel)) > 1:
-            print(f"  {r.Annotation} n={r.n}:", *kernel_names(r.Kernel), sep="\n    ")
-    derived = df[df.Metric == "tflops"].merge(
-        TIMES[["Annotation", "n", "AvgValue", "MinValue"]],
-        on=["Annotation", "n"],
-        suffixes=("", "_ns"),
-    )
-    # tflops is derived per run, then averaged: its max comes from the fastest run. (So its mean is
-    # a mean of per-run rates, never below 2n^3 / mean time, since 1/t is convex -- printed, not claimed.)
-    nt.claim(
-        np.allclose(derived.MaxValue, 2 * derived.n**3 / derived.MinValue_ns / 1e3),
-        "the tflops metric is computed per run: its maximum is 2 n^3 / (fastest run)",
-    )
-    gap = (derived.AvgValue / (2 * derived.n**3 / derived.AvgValue_ns / 1e3) - 1) * 100
-    print(f"  mean of per-run TFLOP/s vs 2n^3 / mean time: up to {gap.max():.3f} % higher")
-    nt.claim(
-        (df[df.Metric == "tflops"].Unit == "TFLOP/s").all(),
-        "the derived metric carries the unit we returned",
-    )
-    big = SIZES[-1]
+    pk.PRECISIONS = ["fp32", "fp16", "tf32", "bf16"]
+    SWEEP = one_call_per_size(seed_sweep, SIZES)
+    TF = SWEEP[SWEEP.Metric == "tflops"].pivot(index="n", columns="Annotation", values="AvgValue")
+    TF = TF[pk.PRECISIONS]
+    print(nt.rules(ENV.backend) + "\n  TFLOP/s:\n" + TF.to_string(float_format="{:8.1f}".format))
+    pct = versus_datasheet(TF, SWEEP.nvml_mhz.to_numpy())
     s.result = (
-        f"n={big}: " + ", ".join(f"{p} {TF.loc[big, p]:.1f}" for p in PRECISIONS) + " TFLOP/s"
+        f"n={SIZES[-1]}: " + ", ".join(f"{p} {TF[p][SIZES[-1]]:.0f}" for p in TF) + " TFLOP/s"
     )
 
 # %% [markdown]
-# ## 3. One call for all sizes: does the kernel-count check bite on this GPU?
+# ## 4. One call for all sizes: does the kernel-count check bite on this GPU?
 #
-# From the per-size kernel counts we can *predict* whether one call over all sizes
-# passes nsight-python's check -- the rule is the division above, written out as
-# `one_call_fails` -- then try it. The prediction is checked against what actually
-# happens on your GPU: whether nsight-python refuses the call. A refusal is recognised by
-# where the error comes from -- nsight-python's own code (`refusal`, defined at the top) --
-# not by its wording, which changes between versions; an error from anywhere else (PyTorch,
-# CUDA) is not a refusal and stops the section.
-
+# nsight-python requires **each annotation to launch the same number of kernels in every
+# configuration and run**: it divides the number of kernels an annotation launched in the whole
+# call by (configurations × runs) and refuses the call unless that is whole. cuBLAS picks its
+# algorithm by size and GPU, and some algorithms launch two kernels (the cell names them, for
+# the sizes where that happens on your GPU). From the per-size counts we predict whether one
+# call over all sizes passes -- `one_call_fails` writes the rule out -- then try it.
+#
+# The refusal is recognised by what the reader sees: a `RuntimeError` whose message is the
+# kernel-count one, as each version words it (1.1.0: *"Expect same number of kernels per run.
+# Got average of … per run"*; 1.1.1 reports the kernel and run counts and suggests warming up
+# code that autotunes on its first call). Any other error -- from PyTorch, CUDA -- is not a
+# refusal and stops the section. Where counts differ by size but happen to divide evenly,
+# nsight-python accepts the call and may mix kernels up: the cell warns.
 
 # %%
+REFUSED = re.compile(r"number of kernels per run|autotun", re.I)  # 1.1.0's words, then 1.1.1's
+
+
+def refusal(call) -> str | None:
+    """None if call() returned; the first line of nsight-python's kernel-count refusal if it raised one."""
+    try:
+        call()
+    except RuntimeError as exc:
+        if not REFUSED.search(str(exc)):
+            raise
+        return f"RuntimeError: {str(exc).splitlines()[0]}"
+    return None
+
+
 def one_call_fails(counts_per_size: list[int], runs: int) -> bool:
-    """nsight divides an annotation's kernels in the whole call by (configs x runs): it raises unless that is whole."""
+    """nsight divides an annotation's kernels in the call by (configs x runs): refused unless whole."""
     return (sum(counts_per_size) * runs) % (len(counts_per_size) * runs) != 0
 
 
-with nt.section("3. One call over all sizes: predicted vs observed") as s:
+with nt.section("4. One call over all sizes: predicted vs observed") as s:
     ENV.require("profiler")
+    times = nt.needs(SWEEP, section="1")
+    times = times[times.Metric == TIME]
+    COUNTS = times.assign(kernels=times.Kernel.str.count(r"\|") + 1)
+    COUNTS = COUNTS.pivot(index="n", columns="Annotation", values="kernels")[pk.PRECISIONS]
+    print("  kernels per annotation and run:\n" + COUNTS.to_string())
+    for r in times[times.Kernel.str.contains("|", regex=False)].itertuples():
+        names = [nt.short_kernel_name(k)[:100] for k in r.Kernel.split("|")]
+        print(f"  {r.Annotation} n={r.n}:", *names, sep="\n    ")
     all_at_once = nsight.analyze.kernel(
-        configs=SIZES, runs=RUNS, thermal_mode="off", verbosity=SILENT, combine_kernel_metrics=add
-    )(sweep)
-    predicted = {p: one_call_fails(list(COUNTS[p]), RUNS) for p in PRECISIONS}
+        configs=SIZES, runs=RUNS, **QUIET, combine_kernel_metrics=add
+    )(pk.sweep)
+    predicted = [p for p in pk.PRECISIONS if one_call_fails(list(COUNTS[p]), RUNS)]
     observed = refusal(all_at_once)
-    print(
-        f"  predicted to fail: {[p for p in PRECISIONS if predicted[p]] or 'none'}\n"
-        f"  observed: {observed or 'nsight-python returned a table'}"
-    )
+    print(f"  predicted to fail: {predicted or 'none'}\n  observed: {observed or 'a table'}")
     nt.claim(
-        any(predicted.values()) == (observed is not None),
+        bool(predicted) == (observed is not None),
         "nsight-python refuses the call exactly when per-size kernel counts make the total indivisible",
         observed or "no refusal",
     )
-    uneven = [p for p in PRECISIONS if COUNTS[p].nunique() > 1]
+    uneven = [p for p in pk.PRECISIONS if COUNTS[p].nunique() > 1]
     if uneven and observed is None:
-        print(
-            f"  WARNING: counts differ by size for {uneven} but divide evenly: one call would have mixed kernels up"
-        )
-    s.result = (
-        f"kernel counts vary by size for {', '.join(uneven) or 'no precision'}; one call over all sizes "
-        + (f"fails as predicted: {observed}" if observed else "passes, as predicted")
-    )
+        print(f"  WARNING: {uneven}: counts differ by size yet divide evenly; kernels may mix up")
+    verdict = "refused, as predicted" if observed else "passes, as predicted"
+    s.result = f"counts vary by size for {', '.join(uneven) or 'no precision'}; one call {verdict}"
 
 # %% [markdown]
-# ## 4. `normalize_against="fp32"`: what is divided, and what is not
+# ## 5. `normalize_against="fp32"`: what is divided, and what is not
 #
-# With `normalize_against`, each `AvgValue` is divided by the fp32 `AvgValue` of the
-# same configuration and metric: fp32 becomes 1.0, and bf16 at 0.1 means "a tenth of
-# fp32's time". Here two sizes are profiled in one call (two whose kernel counts agree,
-# so the call is legal), and the table shows every statistic:
+# With `normalize_against`, each `AvgValue` is divided by the fp32 `AvgValue` of the same
+# configuration and metric: fp32 becomes 1.0, and 0.1 means "a tenth of fp32's time". The two
+# largest sizes whose kernel counts agree go in one call. **Divided**: `AvgValue` only (the
+# divisor is kept in `NormalizationValue`, raw ns); `Geomean` is built from the divided values.
+# **Not divided, still raw ns**: `MinValue`, `MaxValue`, `StdDev`, the CI -- and `Unit` still
+# says ns. `RelativeStdDevPct` is unitless, computed before the division: still the row's
+# spread. The checks rebuild the raw mean (`AvgValue × NormalizationValue`) and show which
+# statistic belongs to which.
 #
-# - **divided**: `AvgValue` only; nsight-python leaves the divisor in
-#   `NormalizationValue` (raw ns);
-# - **derived from the divided values**: `Geomean`, the geometric mean of each
-#   annotation's normalised `AvgValue` over the configurations of the call;
-# - **not divided, still raw nanoseconds**: `MinValue`, `MaxValue`, `StdDev`,
-#   `CI95_Lower/Upper` -- and `Unit` still says ns;
-# - **unitless and still valid**: `RelativeStdDevPct`, computed before the division: the
-#   run-to-run spread of that row in percent, whatever the units.
-#
-# The checks rebuild the raw mean (`AvgValue × NormalizationValue`), show which statistic
-# belongs to which, and that the rebuilt mean is the time in ns section 2 measured for the
-# same precision and size. That is a separate measurement of the same kernels, so it agrees
-# within the run-to-run drift, not to the nanosecond: the check allows a tenth. A misread --
-# a ratio taken for ns, or the divisor of the other size -- is off by far more.
+# This call also measures the same kernels a second time, a call apart from the sweep: how far
+# each kernel's mean moved between the two calls, with the uncertainty of that move, is **the
+# run-to-run band** (notebook 03's `run_to_run_pct`: the shift between two batches of one kernel
+# plus its 95 % Welch half-width, in % of the first). The widest band of the kernels measured
+# twice is this run's yardstick in section 6.
 
 
 # %%
-def check_normalised(rd: pd.DataFrame, times: pd.DataFrame) -> pd.Series:
-    """The claims about a table made with normalize_against="fp32"; ``times``: section 2's time rows (raw ns).
-    Returns the fastest normalised row and the largest move, in %, of one kernel's mean from section 2's."""
-    ns_cols = ["NormalizationValue", "MinValue", "MaxValue", "StdDev", "CI95_Lower", "CI95_Upper"]
-    view = rd[["Annotation", "n", "AvgValue", "Geomean", *ns_cols, "RelativeStdDevPct", "Unit"]]
-    print(
-        view.to_string(
-            index=False,
-            formatters={
-                **{c: "{:,.0f}".format for c in ns_cols},
-                "AvgValue": "{:.3f}".format,
-                "Geomean": "{:.3f}".format,
-                "RelativeStdDevPct": "{:.2f}".format,
-            },
-        )
-    )
+def check_normalised(rd: pd.DataFrame, times: pd.DataFrame) -> tuple[float, str]:
+    """The claims on a table made with normalize_against="fp32"; ``times``: the sweep's time rows.
+    Returns the run-to-run band (%) of the kernels measured in both calls, and whose it is."""
+    shown = "Annotation n AvgValue Geomean NormalizationValue MinValue StdDev Unit".split()
+    raw_ns = {c: "{:,.0f}".format for c in ("NormalizationValue", "MinValue", "StdDev")}
+    print(rd[shown].to_string(index=False, formatters=raw_ns, float_format="{:.3f}".format))
     raw_mean = rd.AvgValue * rd.NormalizationValue
     half = 1.96 * rd.StdDev / np.sqrt(rd.NumRuns)
     nt.claim(
         np.allclose(rd[rd.Annotation == "fp32"].AvgValue, 1.0),
-        "fp32 normalised against itself is exactly 1",
-    )
-    nt.claim((rd.Normalized == "fp32").all(), "the Normalized column names the baseline annotation")
-    nt.claim(
-        ((rd.MinValue <= raw_mean * (1 + 1e-9)) & (raw_mean <= rd.MaxValue * (1 + 1e-9))).all(),
-        "MinValue and MaxValue are raw ns: they bracket the un-normalised mean",
+        "fp32 normalised against itself is 1",
     )
     nt.claim(
-        np.allclose(rd.CI95_Lower, raw_mean - half) and np.allclose(rd.CI95_Upper, raw_mean + half),
-        "CI95 bounds are raw ns around the un-normalised mean",
+        ((rd.MinValue <= raw_mean * (1 + 1e-9)) & (raw_mean <= rd.MaxValue * (1 + 1e-9))).all()
+        and np.allclose(rd.CI95_Lower, raw_mean - half),
+        "MinValue, MaxValue and the CI are raw ns: they bracket the un-normalised mean",
     )
     nt.claim(
         np.allclose(rd.RelativeStdDevPct, 100 * rd.StdDev / raw_mean),
-        "RelativeStdDevPct is StdDev over the raw mean: a unitless spread, still valid for the row",
+        "RelativeStdDevPct is StdDev over the raw mean: a unitless spread, still valid",
     )
-    geo = rd.groupby("Annotation").AvgValue.transform(lambda v: math.exp(np.log(v).mean()))
+    geo = rd.groupby("Annotation").AvgValue.transform(lambda v: np.exp(np.log(v).mean()))
     nt.claim(
-        np.allclose(rd.Geomean, geo),
-        "Geomean is the geometric mean of the normalised AvgValue over the sizes",
-    )
-    nt.claim(
-        rd.Unit.isin(["ns", "nsecond"]).all(),
-        "Unit still names nanoseconds although AvgValue is now a ratio",
-        f"{sorted(set(rd.Unit))}",
-    )
-    measured = times.set_index(["Annotation", "n"]).AvgValue
-    back = raw_mean.to_numpy() / measured.loc[list(zip(rd.Annotation, rd.n))].to_numpy()
-    worst = rd.iloc[
-        np.abs(back - 1).argmax()
-    ]  # the kernel whose mean moved most between the two calls
-    print(
-        f"  AvgValue x NormalizationValue over section 2's mean time of the same kernel: {back.min():.3f} to "
-        f"{back.max():.3f}; the largest move: {worst.Annotation} n={worst.n}"
+        np.allclose(rd.Geomean, geo), "Geomean is the geometric mean of the normalised AvgValue"
     )
     nt.claim(
-        ((back > 0.9) & (back < 1.1)).all(),
-        "AvgValue x NormalizationValue gives back section 2's raw mean "
-        "time in ns (a separate measurement of the same kernels: within 10 %)",
+        rd.Unit.isin(["ns", "nsecond"]).all(), "Unit still names ns although AvgValue is a ratio"
+    )
+    first = times.set_index(["Annotation", "n"]).loc[list(zip(rd.Annotation, rd.n))]
+    back = raw_mean.to_numpy() / first.AvgValue.to_numpy()
+    nt.claim(
+        (abs(back - 1) < 0.1).all(),
+        "AvgValue x NormalizationValue gives back the sweep's raw mean time (another call: within 10 %)",
         f"{back.min():.3f}-{back.max():.3f}",
     )
-    other = rd[rd.Annotation != "fp32"]
-    return other.loc[other.AvgValue.idxmin()], 100 * np.abs(back - 1).max()
-
-
-sweep_normalized = nsight.analyze.kernel(
-    runs=RUNS,
-    normalize_against="fp32",
-    thermal_mode="off",
-    verbosity=SILENT,
-    combine_kernel_metrics=add,
-)(sweep)
-
-with nt.section("4. Normalisation divides AvgValue only") as s:
-    ENV.require("profiler")
-    same = [
-        n for n in SIZES if (COUNTS.loc[n] == COUNTS.loc[SIZES[-1]]).all()
-    ]  # kernel counts equal to the largest's
-    pair = same[-2:]
-    print(
-        f"  sizes in one call: {pair} (kernel counts agree for every precision)\n"
-        + nt.rules(ENV.backend)
-    )
-    NORMALIZED = rows_of(sweep_normalized(configs=pair))
-    fastest, DRIFT = check_normalised(NORMALIZED, TIMES)
-    s.result = (
-        f"{fastest.Annotation} at n={fastest.n} takes {fastest.AvgValue:.3f}x fp32's time (geomean over {pair}: "
-        f"{fastest.Geomean:.3f}); Min/Max/StdDev/CI stay ns, RelativeStdDevPct stays valid"
-    )
-
-# %% [markdown]
-# ## 5. TFLOP/s against the datasheet peaks
-#
-# Each precision's measured TFLOP/s by size, with this GPU's datasheet peak as a dashed
-# line of the same colour. Peaks come from the table in `nspy_tutorial` (dense, boost
-# clock, fp32 accumulate for fp16), looked up by device name; for an unknown GPU the
-# lines are simply absent. A measured rate above its peak would be a finding to explain,
-# not noise: the check fails if it happens.
-#
-# The table is a % of the **datasheet** peak, which the datasheet states at one SM clock.
-# A GPU under a long tensor-core load need not hold that clock, and
-# under the CUPTI backend the clock the kernels ran at is **not measured**: so a % of the
-# datasheet is not a % of what the GPU could do at the clock it ran at. The cell says
-# which: under the Nsight Compute backend section 6 measures the clock of the two largest
-# sizes and prints the % of the peak at that clock beside this one.
-
-# %%
-with nt.section("5. Plot and % of peak") as s:
-    ENV.require("profiler")
-    sheet = ENV.datasheet
-    fig, ax = plt.subplots(figsize=(7, 4))
-    pct = {}
-    for i, p in enumerate(PRECISIONS):
-        ax.plot(TF.index, TF[p], "o-", color=f"C{i}", label=p)
-        peak = sheet.peak_tflops(p).value if sheet else None
-        if peak:
-            ax.axhline(peak, color=f"C{i}", ls="--", lw=0.8)
-            pct[p] = 100 * TF[p] / peak
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("n (n x n x n matmul)")
-    ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"{ENV.gpu_name}: measured (solid) vs datasheet peak (dashed)")
-    ax.legend()
-    plt.tight_layout()
-    plt.show()
-    print(nt.rules(ENV.backend))
-    s.result = f"{ENV.gpu_name} not in the datasheet table: measured only, no % of peak"
-    if pct:
-        print(
-            "  % of the datasheet peak (stated at the SM clock the datasheet names); the clock these kernels ran at: "
-            + (
-                "not measured under CUPTI"
-                if ENV.backend == "cupti"
-                else "section 6 measures it for the two largest sizes, in a profile of its own"
-            )
-        )
-        print(pd.DataFrame(pct).to_string(float_format=lambda v: f"{v:6.1f}"))
-        for p in pct:
-            nt.claim(
-                pct[p].max() <= 100,
-                f"{p} never exceeds its datasheet peak",
-                f"max {pct[p].max():.1f}%",
-            )
-        s.result = (
-            f"n={SIZES[-1]}: "
-            + ", ".join(f"{p} {pct[p].loc[SIZES[-1]]:.0f}%" for p in pct)
-            + f" of {sheet.gpu} datasheet peak; "
-            + (
-                "the kernels' clock not measured (CUPTI)"
-                if ENV.backend == "cupti"
-                else "% at the measured clock: section 6"
-            )
-        )
-
-# %% [markdown]
-# ## 6. The clock beside the largest sizes
-#
-# A rate that falls from one size to the next, or a % of peak, means little until the clock
-# is known. For the two largest sizes the cell prints, per precision:
-#
-# - TFLOP/s at each size and whether it changes from the smaller to the larger: Welch's t on
-#   the per-run rates, Holm-corrected over the precisions, then the size of the change
-#   against the variation between runs (below) -- "falls", "rises", "within run-to-run
-#   variation" or "not distinguishable";
-# - **under the Nsight Compute backend**: the clock each kernel ran at
-#   (`gpc__cycles_elapsed.avg.per_second`, in one more profile of the two sizes; for a run of
-#   several kernels `per_run` weights their clocks by their times), the change of the rate per
-#   clock cycle, and the % of the peak *at that clock* (peak × clock / the clock the datasheet
-#   states it at) beside the % of the datasheet; the check fails if a kernel beats the peak at
-#   its clock;
-# - **under the CUPTI backend**: no clock. CUPTI measures durations only, so nothing here says
-#   at what clock the kernels ran. The NVML column is a sample of the SM clock taken as each
-#   annotation opened (section 2's collector): outside the kernel, before it started. It is
-#   not the kernel's clock; a sample that reads the GPU's maximum SM clock says nothing about
-#   the clock under load, and the cell says so when every sample does.
-#
-# **Within a batch is not between runs.** Welch's t compares five runs of one batch with five
-# of another, in one session: its p says the change is larger than the runs' scatter *within
-# this session*. It does not cover what moves between sessions -- the clock, the temperature,
-# other work on the GPU; notebook 03 §6 compares two batches of one kernel for this reason.
-# This notebook measures one piece of that: sections 2 and 4 time the same kernels in two
-# separate calls, and section 4 printed how far one kernel's mean moved between them -- the
-# largest move of its eight kernels, named there; one draw, so a rough yardstick, and a
-# generous one for kernels that scatter less. That **measured move** is the yardstick for a
-# change distinguishable within the batch:
-#
-# - no larger than the move: **within run-to-run variation**;
-# - up to twice the move: **rises** or **falls (about the run-to-run variation)** -- a second
-#   run may call it either, since both the change and the move are measured with that
-#   scatter;
-# - more than twice the move: **rises** or **falls**.
-#
-# Any such line is a line: the band in the middle is where a verdict sits on it, and the
-# words say so instead of flipping silently from one run to the next.
-
-# %%
-SM_HZ = "gpc__cycles_elapsed.avg.per_second"
-PROXY = "nvml_mhz_at_entry_Avg"  # section 2's ANNOTATION collector, as nsight-python aggregates it into the table
-
-
-def holm(p) -> np.ndarray:
-    """Holm's step-down adjustment: a family of p-values keeps its 5 % level whatever their number."""
-    p, order = np.asarray(p, float), np.argsort(p)
-    return np.minimum(1, np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order]))[
-        np.argsort(order)
+    bands = [
+        run_to_run_pct((a.AvgValue, a.StdDev, a.NumRuns), (m, sd, k))
+        for a, m, sd, k in zip(first.itertuples(), raw_mean, rd.StdDev, rd.NumRuns)
     ]
+    widest = int(np.argmax(bands))
+    who = f"{rd.Annotation.iloc[widest]} n={rd.n.iloc[widest]}"
+    print(
+        f"  run-to-run band (sweep vs this call) per kernel: {min(bands):.2f}-{max(bands):.2f}%, widest {who}"
+    )
+    return max(bands), who
 
 
+with nt.section("5. Normalisation divides AvgValue only") as s:
+    ENV.require("profiler")
+    counts = nt.needs(COUNTS, section="4")
+    same = [n for n in SIZES if (counts.loc[n] == counts.loc[SIZES[-1]]).all()]
+    pair = same[-2:]  # two sizes whose kernel counts agree: a call nsight-python accepts
+    NORMALIZED = rows_of(
+        nsight.analyze.kernel(
+            configs=pair, runs=RUNS, normalize_against="fp32", **QUIET, combine_kernel_metrics=add
+        )(pk.sweep)()
+    )
+    print(f"  sizes in one call: {pair}\n" + nt.rules(ENV.backend))
+    BAND, BAND_OF = check_normalised(NORMALIZED, SWEEP[SWEEP.Metric == TIME])
+    fastest = NORMALIZED.loc[NORMALIZED[NORMALIZED.Annotation != "fp32"].AvgValue.idxmin()]
+    s.result = (
+        f"{fastest.Annotation} n={fastest.n}: {fastest.AvgValue:.3f}x fp32's time; Min/Max/StdDev/CI stay ns; "
+        f"run-to-run band {BAND:.2f}% ({BAND_OF})"
+    )
+
+# %% [markdown]
+# ## 6. The clock beside the largest sizes, and the run-to-run band
+#
+# A rate that falls from one size to the next means little until the clock is known. For the
+# two largest sizes the cell prints, per precision, the change of TFLOP/s with its Welch test
+# (notebook 03's `welch_shift`), [Holm](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#holm-correction)-corrected
+# over the precisions (Holm: multiply the smallest of k p-values by k, the next by k − 1, …, so
+# the family keeps its 5 % level), and the clock beside it:
+#
+# - **under the Nsight Compute backend**: the clock each kernel ran at
+#   (`gpc__cycles_elapsed.avg.per_second`, one more profile of the two sizes; a run of several
+#   kernels weighted by their times), and the % of the peak *at that clock* (peak × clock / the
+#   clock the datasheet assumes); the check fails if a kernel beats it;
+# - **under CUPTI**: no clock is measured. The NVML column is the SM clock sampled while the
+#   call ran -- the clock the kernels ran *near*, idle gaps included; not the kernel's own.
+#
+# **Within a batch is not between runs.** Welch's p says a change is larger than the runs'
+# scatter *within this session*; it does not cover what moves between calls -- the clock, the
+# temperature. So a change distinguishable within the batch is then set against section 5's
+# run-to-run band: no larger than the band, **within the run-to-run band**; larger, **rises**
+# or **falls** -- with ", clock not measured" where nothing measured the clock and setup did not
+# find it held: a GPU whose clock drops under a longer load (power) slows a larger size too, so
+# the fall may be the clock's, not the kernel's. Section 6's clock column says which under
+# Nsight Compute.
+
+
+# %%
 def per_run(x, y):
-    """combine_kernel_metrics on two kernels' [time, SM Hz] of one run: times add, the clock is time-weighted."""
+    """combine_kernel_metrics on two kernels' [time, SM Hz] of one run: times add, clock by time."""
     out = x + y
     out[1] = (x[1] * x[0] + y[1] * y[0]) / out[0]
     return out
 
 
 def beside_the_clock(table: pd.DataFrame, peaks: dict) -> pd.DataFrame:
-    """Per precision and size: TFLOP/s (2 n^3 / time) and its run-to-run sd, the SM clock where the table has it,
-    NVML's clock sampled at annotation entry (outside the kernel), % of the datasheet and of the peak at the measured clock.
-    ``peaks``: precision -> (datasheet TFLOP/s, the SM clock in MHz it is stated at)."""
-    rows = []
-    for r in table[table.Metric == "gpu__time_duration.sum"].itertuples():
-        rate = 2 * r.n**3 / ncu_cli.to_base_units(r.AvgValue, r.Unit) / 1e12
-        hz = table[(table.Metric == SM_HZ) & (table.Annotation == r.Annotation) & (table.n == r.n)]
-        mhz = (
-            ncu_cli.to_base_units(hz.AvgValue.iloc[0], hz.Unit.iloc[0]) / 1e6 if len(hz) else np.nan
-        )
-        peak, sheet_mhz = peaks.get(r.Annotation, (None, None))
-        rows.append(
-            {
-                "precision": r.Annotation,
-                "n": r.n,
-                "TFLOP/s": rate,
-                "sd": rate * r.StdDev / r.AvgValue,
-                "runs": r.NumRuns,
-                "SM MHz": mhz,
-                "NVML MHz outside kernel": getattr(r, PROXY, np.nan),
-                "% datasheet": 100 * rate / peak if peak else np.nan,
-                "% at its clock": 100 * rate / (peak * mhz / sheet_mhz)
-                if peak and sheet_mhz
-                else np.nan,
-            }
-        )
-    return pd.DataFrame(rows)
+    """Per precision and size: TFLOP/s and its sd, the SM clock where the table has it, NVML's during
+    the call, % of the datasheet and of the peak at the measured clock. ``peaks``: precision ->
+    (datasheet TFLOP/s, the SM clock in MHz it assumes)."""
+    t = table[table.Metric == TIME].reset_index(drop=True)
+    seconds = np.array([ncu_cli.to_base_units(v, u) for v, u in zip(t.AvgValue, t.Unit)])
+    out = pd.DataFrame(
+        {"precision": t.Annotation, "n": t.n, "TFLOP/s": 2 * t.n**3 / seconds / 1e12}
+    )
+    out["sd"], out["runs"] = out["TFLOP/s"] * t.StdDev / t.AvgValue, t.NumRuns
+    hz = table[table.Metric == SM_HZ].set_index(["Annotation", "n"])
+    hz = {k: ncu_cli.to_base_units(r.AvgValue, r.Unit) / 1e6 for k, r in hz.iterrows()}
+    out["SM MHz"] = [hz.get(k, np.nan) for k in zip(t.Annotation, t.n)]
+    out["NVML MHz"] = t.get("nvml_mhz", np.nan)
+    peak, sheet_mhz = (
+        out.precision.map(lambda p: peaks.get(p, (None, None))[i]).astype(float) for i in (0, 1)
+    )
+    out["% datasheet"] = 100 * out["TFLOP/s"] / peak
+    out["% at its clock"] = out["% datasheet"] * sheet_mhz / out["SM MHz"]
+    return out
 
 
-def rate_change(clock: pd.DataFrame, small: int, large: int, move_pct: float) -> pd.DataFrame:
-    """Per precision, the rate at ``large`` against ``small``: change, Welch's p, Holm, the clock beside, and the
-    verdict against ``move_pct`` (how far one kernel moved between two calls): not distinguishable (Holm), within
-    run-to-run variation (|change| <= move), falls or rises (about the run-to-run variation) up to 2 x move, beyond."""
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjustment of a family of p-values."""
+    p, order = np.asarray(p, float), np.argsort(p)
+    adjusted = np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order])
+    return np.minimum(1, adjusted)[np.argsort(order)]
+
+
+def rate_change(
+    clock: pd.DataFrame, small: int, large: int, band: float, held: bool
+) -> pd.DataFrame:
+    """Per precision, the rate at ``large`` against ``small``: change %, Welch's p, Holm, the clock
+    beside it, and the verdict against the run-to-run ``band`` (%); a rise or fall says when no
+    clock was measured and none was ``held``: then the clock may be its cause."""
     rows = []
     for p, g in clock.groupby("precision", sort=False):
         a, b = g.set_index("n").loc[small], g.set_index("n").loc[large]
-        welch = stats.ttest_ind_from_stats(
-            a["TFLOP/s"], a.sd, a.runs, b["TFLOP/s"], b.sd, b.runs, equal_var=False
-        )
-        rows.append(
-            {
-                "precision": p,
-                "rate %": 100 * (b["TFLOP/s"] / a["TFLOP/s"] - 1),
-                "p": welch.pvalue,
-                "clock %": 100 * (b["SM MHz"] / a["SM MHz"] - 1),
-                "rate per cycle %": 100
-                * (b["TFLOP/s"] / b["SM MHz"] / (a["TFLOP/s"] / a["SM MHz"]) - 1),
-            }
-        )
+        change, _, welch_p = welch_shift(*((r["TFLOP/s"], r.sd, r.runs) for r in (a, b)))
+        clock_pct = 100 * (b["SM MHz"] / a["SM MHz"] - 1)
+        rows.append({"precision": p, "rate %": change, "p": welch_p, "clock %": clock_pct})
     table = pd.DataFrame(rows)
-    table["p_holm"], moves = holm(table.p), table["rate %"].abs() / move_pct if move_pct else np.inf
+    table["p_holm"] = holm(table.p)
     word = np.where(table["rate %"] < 0, "falls", "rises")
-    table["verdict"] = np.select(
-        [~(table.p_holm < 0.05), moves <= 1, moves <= 2],
-        [
-            "not distinguishable",
-            "within run-to-run variation",
-            word + " (about the run-to-run variation)",
-        ],
-        word,
+    word = np.where(
+        table["clock %"].isna() & (not held), np.char.add(word, ", clock not measured"), word
+    )
+    inside = table["rate %"].abs() <= band
+    table["verdict"] = np.where(
+        ~(table.p_holm < 0.05),
+        "not distinguishable",
+        np.where(inside, "within the run-to-run band", word),
     )
     return table
 
@@ -630,42 +522,22 @@ def rate_change(clock: pd.DataFrame, small: int, large: int, move_pct: float) ->
 with nt.section("6. The clock beside the largest sizes") as s:
     ENV.require("profiler")
     small, large = SIZES[-2:]
+    table = SWEEP[SWEEP.n.isin([small, large])]
     if ENV.backend == "ncu":  # one more profile of the two sizes, with the clock each kernel ran at
         clocked = nsight.analyze.kernel(
-            runs=RUNS,
-            metrics=["gpu__time_duration.sum", SM_HZ],
-            thermal_mode="off",
-            verbosity=SILENT,
-            combine_kernel_metrics=per_run,
-            info_collectors=[nvml_mhz_at_entry],
-        )(sweep)
+            runs=RUNS, metrics=[TIME, SM_HZ], **QUIET, combine_kernel_metrics=per_run
+        )(pk.sweep)
         table = one_call_per_size(clocked, [small, large])
-    else:
-        table = df[df.n.isin([small, large])]
-        top = ENV.facts.max_sm_clock_mhz
-        print(
-            "  the CUPTI backend measures no clock: the clock columns stay empty; the NVML column is a sample taken "
-            "as each annotation opened, outside the kernel, not the clock the kernel ran at"
-            + (
-                f"; every sample reads the max SM clock, {top} MHz: no evidence of the clock under load"
-                if (table[PROXY] == top).all()
-                else ""
-            )
-        )
     print(nt.rules(ENV.backend))
-    sheet = ENV.datasheet
-    CLOCK = beside_the_clock(
-        table,
-        {p: (sheet.peak_tflops(p).value, sheet.peak_clock_mhz(p)) for p in PRECISIONS}
-        if sheet
-        else {},
-    )
+    peaks = {
+        p: (SHEET.peak_tflops(p).value, SHEET.peak_clock_mhz(p)) for p in pk.PRECISIONS if SHEET
+    }
+    CLOCK = beside_the_clock(table, peaks)
     print(CLOCK.drop(columns=["sd", "runs"]).to_string(index=False, float_format="{:,.1f}".format))
-    move = nt.needs(DRIFT, section="4")  # how far one kernel's mean moved between sections 2 and 4
-    CHANGE = rate_change(CLOCK, small, large, move)
+    band = nt.needs(BAND, section="5")
+    CHANGE = rate_change(CLOCK, small, large, band, bool(ENV.clock and ENV.clock.state == "held"))
     print(
-        f"\n  from n={small} to n={large} (p Holm-adjusted over {len(CHANGE)} precisions; against the {move:.1f}% one "
-        f"kernel moved between sections 2 and 4 (named there); twice that: {2 * move:.1f}%):"
+        f"\n  n={small} -> {large}, p Holm-adjusted; run-to-run band {band:.2f}% ({BAND_OF}, section 5):"
     )
     print(CHANGE.to_string(index=False, float_format="{:,.3g}".format))
     if CLOCK["% at its clock"].notna().any():
@@ -674,52 +546,74 @@ with nt.section("6. The clock beside the largest sizes") as s:
             "no kernel beats its datasheet peak at the clock it ran at",
             f"up to {CLOCK['% at its clock'].max():.1f}%",
         )
-    s.result = (
-        f"n={small}->{large}: "
-        + ", ".join(
-            f"{r.precision} {r.verdict} ({r['rate %']:+.1f}%; "
-            + (
-                f"clock {r['clock %']:+.1f}%)"
-                if np.isfinite(r["clock %"])
-                else "clock not measured)"
-            )
-            for _, r in CHANGE.iterrows()
-        )
-        + f"; a kernel moved {move:.1f}% between calls"
+    said = [
+        f"{r.precision} {r.verdict} ({r['rate %']:+.1f}%"
+        + (f", clock {r['clock %']:+.1f}%)" if np.isfinite(r["clock %"]) else ")")
+        for _, r in CHANGE[CHANGE.verdict.str.match("rises|falls")].iterrows()
+    ]
+    s.result = f"n={small}->{large}: {'; '.join(said) or 'no change'} beyond the band, {band:.2f}%"
+
+# %% [markdown]
+# ## 7. FP8 where the GPU has FP8 tensor cores
+#
+# Ada (compute capability 8.9) and Hopper (9.0) GPUs have tensor cores for 8-bit floats. The
+# format here is e4m3 (4 exponent bits, 3 mantissa bits: a largest value of 448), reached from
+# PyTorch through `torch._scaled_mm`: each operand comes with a scale (the true values are the
+# 8-bit ones times it); here both scales are 1.0, since `torch.randn`'s values fit e4m3's range.
+# The output is bf16. One matmul at the largest size, against the FP8 datasheet peak at the clock
+# it assumes, with NVML's clock during the call beside it, and against bf16 of the same size.
+
+# %%
+fp8 = nsight.analyze.kernel(runs=RUNS, derive_metric=tflops, combine_kernel_metrics=add, **QUIET)(
+    pk.fp8_matmul
+)
+
+with nt.section("7. FP8 (e4m3) against its datasheet peak") as s:
+    ENV.require_compute_capability((8, 9), "FP8 tensor cores")
+    ENV.require("profiler")
+    n = SIZES[-1]
+    FP8 = one_call_per_size(fp8, [n])
+    rate = FP8[FP8.Metric == "tflops"].AvgValue.iloc[0]
+    print(nt.rules(ENV.backend) + f"\n  fp8 n={n}: {rate:,.1f} TFLOP/s")
+    pct = versus_datasheet(pd.DataFrame({"fp8": [rate]}, index=[n]), FP8.nvml_mhz.to_numpy())
+    rates = nt.needs(TF, section="1")
+    other = "bf16" if "bf16" in rates else "fp16"
+    nt.claim(
+        rate > rates[other][n],
+        f"fp8 beats {other} at n={n}",
+        f"{rate / rates[other][n]:.2f}x {other}'s rate",
     )
+    share = f", {pct.fp8[n]:.0f}% of the datasheet" if "fp8" in pct else ""
+    s.result = f"fp8 n={n}: {rate:,.0f} TFLOP/s, {rate / rates[other][n]:.2f}x {other}{share}"
 
 # %% [markdown]
 # ## Takeaways
 #
-# - Sweep sizes with **one profiled call per size** when library kernels are involved:
-#   the kernel count per annotation must be the same in every configuration of a call.
+# - Start simple: one annotation per precision, a derived TFLOP/s, one profiled call per size
+#   when library kernels are involved -- the kernel count per annotation must be the same in
+#   every configuration of a call.
 # - `derive_metric` adds a metric computed per run; return `(value, unit)`.
-# - After `normalize_against`, only `AvgValue` is a ratio (and `Geomean` is built from
-#   it). `MinValue`, `MaxValue`, `StdDev` and the CI are still ns; `RelativeStdDevPct` is
-#   unitless and still the row's spread.
-# - Small matrices are far from peak on any GPU; the gap closes with size, and tensor-core
-#   precisions (TF32, fp16, bf16) reach many times the fp32 rate.
-# - Put the clock beside a rate before reading a change in it: under Nsight Compute measure
-#   it (`gpc__cycles_elapsed.avg.per_second`) and set the rate against the peak at that
-#   clock; under CUPTI no clock is measured, and an NVML sample taken outside the kernel is
-#   not its clock.
-# - A change distinguishable within one batch may still be within the variation between
-#   runs: set it against a move you measured between two calls before calling it a fall or
-#   a rise, and say when it is about that size.
-# - TF32 is opt-in in PyTorch for matmuls: check it is on by its numbers, not its name.
+# - After `normalize_against`, only `AvgValue` is a ratio (and `Geomean` is built from it);
+#   `MinValue`, `MaxValue`, `StdDev` and the CI are still ns.
+# - Tensor-core precisions (TF32, fp16, bf16, FP8) reach many times the fp32 rate; TF32 is
+#   opt-in in PyTorch: check it is on by its numbers, not its name.
+# - Say the clock beside every % of peak: the datasheet's, the one the kernels ran at (measured
+#   under Nsight Compute; NVML's reading under CUPTI, said as such), and a held clock if setup
+#   found one.
+# - A change distinguishable within one batch may still be within the run-to-run band: measure
+#   the band in the same run and read every change against it.
 #
 # ## Try it
 #
-# - Profile `sweep_tflops` with `configs=SIZES` in one call (as section 3 does without
-#   `derive_metric`): on a GPU where the counts differ, you get the kernel-count error;
-#   where they divide evenly, compare the rows with section 2's -- the kernels may be
-#   attributed to the wrong size.
-# - Add `"fp8"` (`torch.float8_e4m3fn`, via `torch._scaled_mm`) on a Hopper GPU and set
-#   it against the datasheet's fp8 peak.
+# - Profile `seed_sweep` with `configs=SIZES` in one call: on a GPU where the counts differ,
+#   you get section 4's refusal; where they divide evenly, compare the rows with section 1's.
+# - In `fp8_matmul`, scale `a` by 1000 before the cast (values past e4m3's largest) and compare
+#   the result with a bf16 matmul: then pass `scale_a` so the values fit again.
 #
 # **Docs:** [nsight-python](https://docs.nvidia.com/nsight-python/) ·
 # [`nsight.analyze.kernel`: `derive_metric`, `normalize_against`, `combine_kernel_metrics`](https://docs.nvidia.com/nsight-python/analyze.html) ·
 # [Profiling results: what normalisation changes](https://docs.nvidia.com/nsight-python/overview/profiling_results.html) ·
+# [nsight-python 1.1.1's changes](https://docs.nvidia.com/nsight-python/release_notes/topics/updates-in-nsight-python-1.1.1.html) ·
 # source: [github.com/NVIDIA/nsight-python](https://github.com/NVIDIA/nsight-python)
 
 # %%

@@ -419,7 +419,7 @@ with nt.section("1. What it launches: kernels per call, size by size") as s:
 # with a floor of the [timer step](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#timer-step):
 # durations come in whole steps of the GPU's timer), and the fewest runs whose 95 %
 # interval of the mean reaches ±1 % (with
-# [Student's t](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#students-t),
+# [Student's t](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#students-t-interval),
 # which widens the interval for few runs, as the spread is itself estimated). The plan is
 # then **tried**: one call with
 # that many runs, whose interval the cell prints against the target. A plan describes one
