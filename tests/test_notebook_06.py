@@ -695,7 +695,8 @@ def test_section_2_judges_every_kernel_at_its_clocks_against_the_roofs_per_cycle
     assert lim.loc["x * 2", "verdict"].startswith("memory-bound")
     assert lim.loc["attention softmax", "verdict"] == "neither" and lim.loc["flash attention", "verdict"] == "neither"
     assert lim.loc[rk.MATH_HALF, "side"] == "ops"
-    assert "fp16 matmul: compute-bound" in result["records"]["2"].result
+    assert re.fullmatch(r"9 judged at their clocks: (\d [\w -]+)(, \d [\w -]+)*", result["records"]["2"].result)
+    assert "3 compute-bound" in result["records"]["2"].result and "1 bound op by op" in result["records"]["2"].result
 
 
 def test_section_4_diagnoses_each_kernel_that_is_neither_with_its_top_stall_and_next_step_SYNTHETIC(
@@ -708,7 +709,7 @@ def test_section_4_diagnoses_each_kernel_that_is_neither_with_its_top_stall_and_
     assert re.search(r"math attention, 16-bit: 10 _safe_softmax: neither \(\d+ %\) -> ", out)
     header = next(line for line in out.splitlines() if "top stall" in line)
     assert all(col in header for col in ("k cycles", "SM%", "DRAM%", "tensor%", "occup.%", "issue%"))
-    assert "attention softmax (long_scoreboard)" in result["records"]["4"].result
+    assert result["records"]["4"].result == "3 of 14 neither; their top stalls: long_scoreboard (2), wait (1)"
 
 
 def test_section_5_answers_the_three_questions_from_counters_and_measures_fusion_against_the_band_SYNTHETIC(

@@ -491,8 +491,9 @@ with nt.section("2. Each kernel against its roof, at the clock it ran") as s:
     whole = LIMITS[[": " not in n for n in LIMITS.index]]
     cols = ["kernels", "us", "MHz", "AI", "ridge", "% of roof", "verdict"]
     print(whole[cols].to_string(float_format=fmt))
-    three = whole.loc[["fp16 matmul", "x * 2", "softmax [rows x 1024]"]]
-    s.result = "; ".join(f"{n}: {r.verdict} ({r['% of roof']:.0f} %)" for n, r in three.iterrows())
+    words = whole.verdict.str.split(",").str[0].value_counts()  # the verdicts, qualifiers aside
+    counts = ", ".join(f"{n} {w}" for w, n in words.items())
+    s.result = f"{len(whole)} judged at their clocks: {counts}"
 
 # %% [markdown]
 # ## 3. Transformer operations on the roofline, op by op
@@ -608,8 +609,8 @@ with nt.section("4. Why not at a roof: the counters behind each verdict") as s:
     wrong = (neither & (busy >= BOUND_AT + NEAR)) | (~neither & (busy < BOUND_AT - NEAR))
     wrong &= ~rows.verdict.str.endswith(" or neither")  # near the line, counters decide nothing
     nt.claim(not wrong.any(), "verdicts agree with the busiest unit", ", ".join(rows.index[wrong]))
-    named = [f"{n.split(': ')[-1]} ({top[n]})" for n in rows.index[neither]]  # an op: its own name
-    s.result = "neither: " + (", ".join(named) or "none")
+    stalls_of = ", ".join(f"{k} ({n})" for k, n in top[neither].value_counts().items()) or "none"
+    s.result = f"{neither.sum()} of {len(rows)} neither; their top stalls: {stalls_of}"
 
 # %% [markdown]
 # ## 5. FlashAttention against math attention: three questions, and what fusing buys
@@ -628,9 +629,8 @@ with nt.section("4. Why not at a roof: the counters behind each verdict") as s:
 with nt.section("5. Flash vs math attention: three questions, fusion measured") as s:
     ENV.require("profiler")
     lim, fused = nt.needs(LIMITS, section="2"), rk.FUSED[FUSED_BACKEND]
-    pair = MEASURED.loc[[rk.MATH_HALF, fused]]
-    answers = pd.DataFrame({"tensor %": pair[TENSOR], "DRAM MB": pair[DRAM_BYTES] / 1e6})
-    answers["kernels"], answers["us"] = pair.kernels, pair[TIME] / 1e3
+    answers = MEASURED.loc[[rk.MATH_HALF, fused], [TENSOR, DRAM_BYTES, "kernels", TIME]]
+    answers = answers.set_axis(["tensor %", "DRAM MB", "kernels", "us"], axis=1) / [1, 1e6, 1, 1e3]
     print(answers.T.to_string(float_format=fmt))
     math16, flash = answers.iloc[0], answers.iloc[1]
     up, down = flash["tensor %"] > math16["tensor %"], flash["DRAM MB"] < math16["DRAM MB"]
