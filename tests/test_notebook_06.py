@@ -745,6 +745,7 @@ def test_a_t4_asks_for_no_hopper_stall_and_measures_fp16_and_the_memory_efficien
 
 @pytest.mark.parametrize("change, section, says", [
     ({"stream_faster": 1.2}, "1", "none above the datasheet FLOP/s, the device GB/s"),
+    ({"change": {("fp16 roof matmul", CLOCK): 1.0e9}}, "2", "no roof matmul above the datasheet's FLOP/cycle"),
     ({"change": {("x * 2", DRAM_BYTES): 5e9}}, "3", "every kernel's DRAM bytes fit the formula"),
     ({"change": {("attention softmax", DRAM_BYTES): 0.5e9}}, "3", "attention softmax"),
     ({"change": {("attention softmax", DRAM_PCT): 95.0}}, "4", "verdicts agree with the busiest unit"),

@@ -373,9 +373,8 @@ def kernel_model(n_mm, n_vec, rows, m, precisions, b, h, s, dh, half, fused, e=2
 
 def flops_of(model: dict, name: str) -> tuple:
     """FLOPs and roof of an annotation, or of one operation of a region run op by op."""
-    region, _, op = name.partition(": ")
-    flops, _, roof, *by_op = model[region]  # by_op: the math paths' FLOPs by operation
-    return by_op[0].get(op.split()[-1], (0, "fp32")) if op else (flops, roof)
+    region, _, op = name.partition(": ")  # kernel_model's (FLOPs, bytes, roof[, FLOPs by op])
+    return model[region][3].get(op.split()[-1], (0, "fp32")) if op else model[name][0:3:2]
 
 
 def sheet_per_cycle(p: str, sheet=ENV.datasheet) -> float:
@@ -483,6 +482,7 @@ with nt.section("2. Each kernel against its roof, at the clock it ran") as s:
     per["datasheet's"] = [sheet_per_cycle(p) for p in PRECISIONS]
     per["% of sheet"] = 100 * per["FLOP/cycle"] / per["datasheet's"]
     print(per.to_string(float_format=fmt, na_rep="-"))
+    nt.claim(not (per["% of sheet"] > 100).any(), "no roof matmul above the datasheet's FLOP/cycle")
     dram = MEASURED[DRAM_CLOCK] / 1e6  # DRAM's clock, during each kernel
     PER_CYCLE = {**per["FLOP/cycle"], "memory": roofs["memory"] * 1e3 / dram["x * 2"]}
     at = f"at the {dram['x * 2']:,.0f} MHz of x * 2 (all: {dram.min():,.0f}-{dram.max():,.0f})"
