@@ -328,7 +328,8 @@ def counters(func, config: tuple) -> tuple[pd.DataFrame, str]:
 # What to look for: the kernel counts; `read MB` against `counted read MB` (after a flush
 # every input byte must come from DRAM); `write MB` a little short of its count (a kernel's
 # last writes may still sit in L2 when its counters stop: at most one L2 per kernel); and
-# the time difference with its 95 % interval.
+# the time difference in % of `addcmul`'s time, with its 95 % Welch interval (notebook 03's
+# `welch_shift`: each variant keeps its own spread, so a noisy one widens the interval).
 
 # %%
 with nt.section("1. Unfused vs fused: a + b * c against torch.addcmul") as s:
@@ -549,8 +550,10 @@ with nt.section("4. How close to the bandwidth roof is the fused kernel?") as s:
     band = run_to_run_pct(*(batch(table, "y = x * 2") for table in ROOF))
     off = 100 * gbs[fk.COMPILED] / mix - 100
     where = "at" if abs(off) <= band else "below" if off < 0 else "above"
-    print(f"  compiled GELU: {off:+.1f} % from its same-mix stream (y = x * 2), {where} it: the")
-    print(f"  run-to-run band (y = x * 2, two calls) is +-{band:.1f} %")
+    print(
+        f"  compiled GELU: {off:+.1f} % from its same-mix stream, y = x * 2, whose two calls set the"
+    )
+    print(f"  run-to-run band at +-{band:.1f} %: the compiled GELU is {where} its same-mix stream")
     mhz, bus = ENV.facts.max_mem_clock_mhz, ENV.facts.memory_bus_width_bits
     peak = 2 * mhz * 1e6 * bus / 8 / 1e9 if mhz and bus else None  # double data rate: 2 per clock
     if peak:
@@ -586,17 +589,18 @@ with nt.section("4. How close to the bandwidth roof is the fused kernel?") as s:
 # is shorter than a launch the GPU sits idle. Only a **timeline** shows it: the CPU's CUDA
 # calls on one lane, the GPU's kernels on another, on one clock.
 #
-# Nsight Systems (`nsys`) draws that timeline; it is how seed 002 starts every profiling
-# session: `nsys profile --trace=cuda,nvtx,osrt --stats=true -o ... python script.py`, in a
-# child process, with no other profiler attached. It records every CUDA call, every kernel,
-# [NVTX](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#nvtx)
+# Nsight Systems (`nsys`) draws that timeline, and it is where a profiling session should
+# start: `nsys profile --trace=cuda,nvtx,osrt --stats=true -o ... python script.py`, the
+# program in a child process with no other profiler attached. It records every CUDA call,
+# every kernel, [NVTX](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#nvtx)
 # ranges (named spans the program marks) and OS calls. This cell runs `fusion_kernels.py`'s
 # `trace` that way and reads the report (`nsys export --type sqlite`, read with `sqlite3`).
-# Where `nsys` is missing -- the project's GPU test machine has none; Colab has NVIDIA's apt
-# repository but not the package, so on Colab this cell installs it, showing apt's lines --
-# the same child runs under `torch.profiler` instead, whose trace holds the same three things
-# (CUDA calls, kernels, ranges); the printout and the plot's title say which tool drew it.
-# Both tracers add a little time to each launch, so the gaps below are upper bounds.
+# Where `nsys` is missing (this project's GPU test machine has none; Colab has NVIDIA's apt
+# repository but not the package, so on Colab this cell installs it, showing apt's lines),
+# the same child runs under `torch.profiler` instead, whose trace (its Kineto library's)
+# holds the same three things: CUDA calls, kernels, ranges. The printout and the plot's title
+# say which tool drew it. Both tracers add a little time to each launch: the gaps below are
+# upper bounds.
 #
 # Four ranges, one thing changed at a time: GELU by hand, eager and compiled, on a small
 # input (a few hundred KiB: each kernel takes about as long as its launch, or less) and on
@@ -671,6 +675,7 @@ with nt.section("5. The timeline plot: where the GPU waits") as s:
         for lane, events, colour in ((0, kernels, "C2"), (1, calls, launch)):
             spans = list(zip((events.start - r.start) / 1e3, (events.end - events.start) / 1e3))
             ax.broken_barh(spans, (lane, 0.8), facecolors=colour)
+        ax.set_xlim(0, (r.end - r.start) / 1e3)  # the whole range: idle time at its edges shows
         ax.set_yticks([0.4, 1.4], ["GPU kernels", "CPU CUDA calls"], fontsize=8)
         ax.set_title(f"{r.name}: GPU busy {busy[r.name]:.0f} %", fontsize=9, loc="left")
     axes[-1].set_xlabel("us since the range began; CPU calls: launches blue, others (syncs) red")
