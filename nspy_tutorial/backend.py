@@ -156,3 +156,38 @@ def use_cupti_target() -> tuple[CuptiLibrary | None, str | None]:
 def installer_path() -> Path:
     """The packaged install_ncu.sh (scripts/install_ncu.sh in a checkout links to it)."""
     return Path(__file__).with_name("resources") / "install_ncu.sh"
+
+
+# Nsight Systems (nsys): 07's timeline uses it where it is installed, torch.profiler where it is not.
+NSYS_PACKAGE = "nsight-systems-2026.1.3"  # pinned: what NVIDIA's own Colab notebooks (accelerated-computing-hub) install
+NSYS_PAGE = "https://developer.nvidia.com/nsight-systems/get-started"
+NSYS_PLACES = ("/opt/nvidia/nsight-systems/*/bin/nsys", "/opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
+               "/usr/local/cuda/bin/nsys")  # apt's versioned folders, and the CUDA toolkit's
+
+
+def find_nsys() -> str | None:
+    """The nsys on PATH, else the newest in :data:`NSYS_PLACES` (by the version in its path), else None."""
+    if shutil.which("nsys"):
+        return shutil.which("nsys")
+    found = [path for place in NSYS_PLACES for path in glob.glob(place) if os.access(path, os.X_OK)]
+    return max(found, key=lambda path: [int(n) for n in re.findall(r"\d+", path)], default=None)
+
+
+def nsys_version(path: str) -> str:
+    """What ``<path> --version`` says (``NVIDIA Nsight Systems version 2025.3.1.90-...``), or "unknown"."""
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    match = re.search(r"version\s+(\d[\w.-]*)", done.stdout, flags=re.I)
+    return match.group(1) if match else "unknown"
+
+
+def nsys_missing(on_colab: bool) -> str:
+    """Where nsys is missing: who draws the timeline instead, and how to install nsys (lines of <= 120 characters)."""
+    how = ([f"on Colab: apt-get install -y {NSYS_PACKAGE}", "(NVIDIA's apt repository is configured there; apt prints "
+            "the download size before it downloads)"] if on_colab else
+           [f"NVIDIA's installers at {NSYS_PAGE}", f"or, where NVIDIA's CUDA apt repository is configured: "
+            f"sudo apt-get install -y {NSYS_PACKAGE}"])
+    return "\n  ".join(["no nsys on PATH or under /opt/nvidia/nsight-systems: torch.profiler draws the timeline instead",
+                        "to draw it with Nsight Systems, install it:", *how])

@@ -236,3 +236,17 @@ def setup(notebook: str, *, steps: str = "auto") -> Environment:
     _ENV = env
     print_banner(env)
     return env
+
+
+def install_nsys() -> str | None:
+    """Colab has NVIDIA's apt repository but no nsys: apt-get update, then the pinned Nsight Systems, non-interactive,
+    apt's lines shown as they come (it prints the download size first); None, or why it failed. Run it again: apt
+    finds the package installed and does nothing."""
+    apt = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-o", "DPkg::Lock::Timeout=120", "-y", "-q"]
+    steps = (("apt's package lists", ["update"], "a refresh, nothing installed yet"),
+             (backend.NSYS_PACKAGE, ["install", backend.NSYS_PACKAGE], "apt prints the download size first"))
+    for what, step, size in steps:
+        problem = install_on_colab(what, [*apt, *step], size)
+        if problem:
+            return problem
+    return None

@@ -5,7 +5,10 @@ two are the same code), and a later notebook imports it from here instead of cop
 import math
 
 import numpy as np
+import pandas as pd
 from scipy import stats
+
+from nspy_tutorial import timeline
 
 
 # notebooks/src/03_run_counts.py, section 3: the timer's step
@@ -77,6 +80,31 @@ def run_to_run_pct(first: tuple[float, float, int], second: tuple[float, float, 
     largest move between two batches of one kernel that this run's data leave open."""
     shift, half, _ = welch_shift(first, second)
     return abs(shift) + half
+
+
+# notebooks/src/07_kernel_fusion.py, section 5: the timeline, range by range
+def per_range(tl: timeline.Timeline) -> pd.DataFrame:
+    """Per range: wall time, its kernels and their summed time, GPU busy %, idle gaps, launch time."""
+    launched = tl.calls.merge(tl.kernels, on="correlation", suffixes=("", " k"))
+    rows = []
+    for r in tl.ranges.itertuples():
+        k = launched[(launched.start >= r.start) & (launched.start < r.end)].sort_values("start k")
+        reach = np.maximum.accumulate(k["end k"].to_numpy())  # the latest end so far
+        gaps = np.clip(k["start k"].to_numpy()[1:] - reach[:-1], 0, None)
+        start, end = k["start k"].clip(r.start, r.end), k["end k"].clip(r.start, r.end)
+        covered = np.clip(end - np.maximum(start, np.r_[r.start, reach[:-1]]), 0, None).sum()
+        wall = r.end - r.start
+        rows.append(
+            {
+                "wall us": wall / 1e3,
+                "kernels": len(k),
+                "kernel sum us": (k["end k"] - k["start k"]).sum() / 1e3,
+                "GPU busy %": 100 * covered / wall,
+                "median gap us": np.median(gaps) / 1e3 if len(gaps) else np.nan,
+                "us per launch": (k.end - k.start).mean() / 1e3,
+            }
+        )
+    return pd.DataFrame(rows, index=tl.ranges.name.to_numpy())
 
 
 # notebooks/src/06_roofline.py, before section 2: the placement on this GPU's roofline (notebook 11 reuses it)

@@ -42,6 +42,10 @@ IN_PROCESS = {  # notebook number -> the cell that keeps what it measured in its
     "03": KEEP + 'print(keep_table(RAW, add_vectors, SIZES, 20, ["gpu__time_duration.sum"], name="raw-x20"))\n'
                  'print(keep_table(RAW100, add_vectors, SIZES, 100, ["gpu__time_duration.sum"], name="raw-x100"))',
     "04": KEEP + 'print(keep_table(RAW_BY_HAND, ck.stream_after, BY_HAND_CONFIGS, 20, [TIME], name="stream_after-raw"))',
+    "07": KEEP + 'print(keep_table(pd.concat([ROOF[0].assign(call=1), ROOF[1].assign(call=2)]), fk.roof, '
+                 '[(ROWS, HIDDEN)], SETTINGS["runs"], [TIME], name="roof"))\n'
+                 'print(keep_table(TIMELINE.rename_axis("range").reset_index(), fk.trace, [(ROWS, HIDDEN)], 1, [], '
+                 'name="timeline"))',
     "08": KEEP + 'print(keep_table(OFF["raw"], profile_heated, [N_HEAT], RUNS, [], name="thermal-off"))\n'
                  'print(keep_table(AUTO["raw"], profile_heated, [N_HEAT], RUNS, [], name="thermal-auto"))',
     "09": KEEP + 'print(keep_table(CUPTI["table"], ck.workload, [()], ck.RUNS, [TIME], name="workload-cupti"))\n'

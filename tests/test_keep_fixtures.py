@@ -18,7 +18,7 @@ keep_fixtures = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(keep_fixtures)
 
 STEMS = {"02": "02_first_profile", "03": "03_run_counts", "04": "04_cache_and_clock_control", "05": "05_precision_sweeps",
-         "06": "06_roofline", "08": "08_collectors_and_thermal", "09": "09_cupti_vs_ncu",
+         "06": "06_roofline", "07": "07_kernel_fusion", "08": "08_collectors_and_thermal", "09": "09_cupti_vs_ncu",
          "10": "10_keeping_the_evidence", "11": "11_your_kernel"}
 
 

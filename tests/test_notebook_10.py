@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 from notebook_code import fixture, functions, import_module, module_source, source
 
-from nspy_tutorial import evidence, ncu_cli
+from nspy_tutorial import evidence, ncu_cli, timeline
 from nspy_tutorial.clock import ClockState
 
 STEM = "10_keeping_the_evidence"
@@ -359,11 +359,14 @@ def test_section_3_zips_an_environment_record_that_shows_a_held_clock(tmp_path, 
     text = source(STEM)
     cell = re.search(r"^with nt\.section\(\"3\..*?(?=^# %%)", text, flags=re.M | re.S).group(0)
     namespace = dict(nt=nt, ENV=env, EVIDENCE=folder, evidence=evidence, json=json, shutil=shutil, zipfile=zipfile,
-                     Path=Path, RAW=None, FULL_REPORT=None, N_FULL=4096)
+                     Path=Path, RAW=None, FULL_REPORT=None, N_FULL=4096, timeline=timeline)
+    (tmp_path.parent / "07_kernel_fusion").mkdir(exist_ok=True)  # 07 ran before, on this machine
+    (tmp_path.parent / "07_kernel_fusion" / "trace-timeline.json").write_text("{}")
     exec(compile(cell, "10 section 3", "exec"), namespace)  # noqa: S102
     with zipfile.ZipFile(tmp_path / "evidence-20261204-140323.zip") as archive:
         record = json.loads(archive.read("evidence-20261204-140323/environment.json"))
         readme = archive.read("evidence-20261204-140323/README.txt").decode()
+        assert "evidence-20261204-140323/trace-timeline.json" in archive.namelist()  # 07's timeline, kept
     assert record["clock"]["state"] == "held" and record["clock"]["idle_mhz"] == [1500, 1500]
     assert "SM clock before anything ran: HELD at 1,500 MHz even idle" in readme
     assert "the clock it records: held" in capsys.readouterr().out and nt.result.endswith("SM clock held")

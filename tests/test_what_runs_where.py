@@ -188,3 +188,60 @@ def test_cupti_forced_is_not_a_reason_to_probe_nsight_compute(monkeypatch, tmp_p
     monkeypatch.setenv("NSPY_TUTORIAL_BACKEND", "cupti")
     env = machine(monkeypatch, tmp_path, "R580, an ncu that works")
     assert env.backend == "cupti" and "not tried: NSPY_TUTORIAL_BACKEND=cupti" in said(env, "ncu")[2]
+
+
+# --- the nsys column: which tool draws 07 §5's timeline on each machine -------------------------
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+NSYS_ROWS = {  # a row of the README's table (its first words) -> what its nsys cell must say
+    "driver below R580": ("Colab: installed by 01 §6b and 07 §5", backend.NSYS_PACKAGE, "`torch.profiler`"),
+    "R580+, an ncu ≥ 2026.2.1 that refuses the driver": ("the one installed", "`torch.profiler`"),
+    "R580+, an ncu ≥ 2026.2.1 that works": ("Colab: installed by 01 §6b and 07 §5", backend.NSYS_PACKAGE),
+    "no ncu ≥ 2026.2.1, an older one (the project's H200 test machine)": ("none", "`torch.profiler`"),
+    "the CUPTI try fails": ("the one installed", "`torch.profiler`"),
+    "GPU counters reserved for administrators": ("the one installed", "`torch.profiler`"),
+    "a try hangs": ("the one installed", "`torch.profiler`"),
+    "no GPU (CI)": ("07 §5 SKIPPED: needs a GPU",),
+}
+
+
+def what_runs_where() -> tuple[list[str], list[list[str]]]:
+    """The README's "What runs where" table: its header and rows, as cells."""
+    text = README.read_text(encoding="utf-8").split("### What runs where", 1)[1]
+    lines = [line for line in text.split("\n\n", 3)[2].splitlines() if line.startswith("|")]
+    cells = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
+    return cells[0], cells[2:]
+
+
+def test_the_table_has_an_nsys_column_and_every_row_fills_it():
+    header, rows = what_runs_where()
+    assert header[4] == "`nsys` (07 §5's timeline)" and header[-1] == "what the reader sees"
+    assert all(len(row) == len(header) for row in rows)
+    assert len(rows) == len(NSYS_ROWS)
+
+
+@pytest.mark.parametrize("row", sorted(NSYS_ROWS))
+def test_the_nsys_cell_says_who_draws_the_timeline_on_that_machine(row):
+    _, rows = what_runs_where()
+    (cells,) = [cells for cells in rows if cells[0].startswith(row)]
+    for words in NSYS_ROWS[row]:
+        assert words in cells[4], (row, words)
+
+
+def test_without_nsys_the_timeline_is_drawn_by_torch_profiler_in_a_child(tmp_path, monkeypatch, capsys):
+    """The cell's branch where nsys is missing: capture runs ``python -m nspy_tutorial.timeline``, not nsys."""
+    from nspy_tutorial import ncu_cli, timeline
+
+    monkeypatch.setattr(backend, "NSYS_PLACES", ())
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fusion_kernels.py").write_text("")
+    ran = []
+    monkeypatch.setattr(ncu_cli, "run", lambda cmd, timeout, error: ran.append(cmd) or "")
+    monkeypatch.setattr(timeline, "read_kineto", lambda path: path)
+    assert backend.find_nsys() is None
+    assert timeline.capture("fusion_kernels.py", "trace", [(8, 4096)], nsys=backend.find_nsys()) == "trace-timeline.json"
+    assert ran == [[sys.executable, "-m", "nspy_tutorial.timeline", "fusion_kernels.py", "trace", "[[8,4096]]", "1",
+                    "trace-timeline.json"]]
+    print(backend.nsys_missing(on_colab=False))
+    assert backend.NSYS_PAGE in capsys.readouterr().out

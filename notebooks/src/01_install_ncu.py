@@ -287,6 +287,36 @@ with nt.section("5. The new ncu first on PATH") as s:
     )
 
 # %% [markdown]
+# ## 5b. Nsight Systems (`nsys`): the whole program's timeline
+#
+# Nsight Compute measures one kernel at a time. Nsight Systems (`nsys`) records the whole
+# program's timeline -- every CUDA call on the CPU, every kernel on the GPU -- so you see where
+# the GPU sits idle; notebook 07 draws one. The series does not need it: where `nsys` is
+# missing, 07 draws the same timeline from `torch.profiler`. This cell looks for `nsys` on
+# `PATH`, under `/opt/nvidia/nsight-systems/<version>/` and in CUDA's `bin`. On **Colab**, which
+# has NVIDIA's apt repository but not the package, it runs `apt-get update`, then
+# `apt-get install -y nsight-systems-2026.1.3` (a pinned version), non-interactive, with apt's
+# lines as they come: apt says the download size before it downloads, and run again it finds
+# the package installed. Anywhere else it prints how to install it.
+
+# %%
+from nspy_tutorial import bootstrap
+
+with nt.section("5b. Nsight Systems: find nsys, or install it (Colab)") as s:
+    NSYS = backend.find_nsys()
+    if NSYS is None and ENV.on_colab:  # NVIDIA's apt repository is there, the package is not
+        problem = bootstrap.install_nsys()
+        NSYS = backend.find_nsys()
+        nt.claim(NSYS is not None, "apt installed Nsight Systems", problem or "yet no nsys found")
+    if NSYS is None:
+        print(backend.nsys_missing(ENV.on_colab))
+        s.result = "no nsys: notebook 07 draws its timeline with torch.profiler"
+    else:
+        s.result = (
+            f"nsys {backend.nsys_version(NSYS)} at {NSYS}: notebook 07 draws its timeline with it"
+        )
+
+# %% [markdown]
 # ## 6. Try each backend in a child process before committing to one
 #
 # Loading Nsight Compute into a process, or activating CUPTI in it, cannot be undone there, and

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 07 · Kernel fusion, measured in bytes
+# # 07 · Kernel fusion, measured in bytes -- and on the timeline
 #
 # **What you will learn**
 # - why `a + b * c` in eager PyTorch moves more bytes than `torch.addcmul(a, b, c)`, and how
@@ -9,16 +9,24 @@
 # - how to count the bytes a kernel sequence must move by hand, and hold the counters to it;
 # - three ways to write bias + GELU -- the formula written out as GPT-2 does, PyTorch's own
 #   `F.gelu`, and `torch.compile` -- and what each costs in kernels, bytes and time; where
-#   the idiomatic version's time goes, kernel by kernel (a broadcast bias add is not cheap);
-#   why the compiler must do its work outside the measured region;
-# - how close a fused kernel gets to this GPU's bandwidth roof, measured as in notebook 06.
+#   the idiomatic version's time goes, kernel by kernel; why the compiler must do its work
+#   outside the measured region;
+# - how to judge `torch.compile` by three questions answered from counters: did
+#   [fusion](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#kernel-fusion)
+#   happen, did DRAM traffic fall, are the SMs or tensor cores busier;
+# - how close a fused kernel gets to this GPU's bandwidth roof, judged against how far one
+#   kernel moves between two calls of this run;
+# - what a **timeline** shows that per-kernel numbers cannot: the GPU waiting for the CPU
+#   between small kernels, drawn by Nsight Systems (`nsys`) where it is installed, else by
+#   `torch.profiler`.
 #
 # | section | needs |
 # |---|---|
 # | 1. `a + b * c` vs `torch.addcmul` | nsight-python's Nsight Compute backend, or any `ncu` command line |
 # | 2. bias + GELU, three ways, and the bias add apart | the same, plus Triton for `torch.compile` (compute capability ≥ 7.0; a T4 is fine) |
-# | 3. how close to the bandwidth roof | any nsight-python backend, plus Triton |
-# | 4. the plot | section 1 or 2 |
+# | 3. three questions for `torch.compile` | section 2 |
+# | 4. how close to the bandwidth roof | any nsight-python backend, plus Triton |
+# | 5. the timeline | a GPU and Triton; Nsight Systems if installed (Colab: installed here), else `torch.profiler` |
 #
 # Sizes come from your GPU: every vector is 16× its L2 (at least 256 MiB), or less where
 # free memory caps it -- the setup cell below prints the ratio -- so the bytes really travel
@@ -40,76 +48,71 @@ import pandas as pd
 import torch
 from scipy import stats
 
-from nspy_tutorial import ncu_cli
+from nspy_tutorial import backend, bootstrap, ncu_cli, timeline
+from nspy_tutorial.lessons import run_to_run_pct, welch_shift
 
 SILENT = nsight.VerbosityLevel.SILENT
 TIME, READ, WRITE = "gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum"
+SM = "sm__throughput.avg.pct_of_peak_sustained_elapsed"  # the SMs' busiest unit, % of its peak
+TENSOR = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"  # tensor pipe busy, %
+DRAM = "dram__throughput.avg.pct_of_peak_sustained_elapsed"  # DRAM busy, % of its peak
+CLOCK = "gpc__cycles_elapsed.avg.per_second"  # the SM clock the kernel ran at, Hz
 MiB, HIDDEN = 2**20, 4096  # HIDDEN: the GELU's width (a transformer MLP's 4 x d_model)
 
 
-def add(x, y):
-    """combine_kernel_metrics: add up the metrics (time, bytes) of the kernels one annotation launched."""
-    return x + y
+def combine(x, y):
+    """combine_kernel_metrics: time and bytes add up; the % and the clock are weighted by time."""
+    both = x + y
+    both[3:] = (x[0] * x[3:] + y[0] * y[3:]) / both[0]
+    return both
 
 
-# Three runs: each kernel here moves hundreds of megabytes or more with flushed caches, and its time repeats
-# to about a percent or better (notebook 03 shows how to check); the differences below are tens of percent and
-# more, which three runs and a Student-t interval resolve. Under Nsight Compute every run replays every kernel.
 SETTINGS = dict(
     runs=3,
-    metrics=[TIME, READ, WRITE],
-    combine_kernel_metrics=add,
+    metrics=[TIME, READ, WRITE, SM, TENSOR, DRAM, CLOCK],  # combine() relies on this order
+    combine_kernel_metrics=combine,
     cache_control="all",
     clock_control="none",
     thermal_mode="off",
     verbosity=SILENT,
 )
-FUSION = GELU = None  # sections 1 and 2 set their tables, for the plot
+GELU = GELU_TABLE = None  # section 2 sets them, for section 3
 if ENV.facts:
     L2 = ENV.facts.l2_bytes
-    VECTOR = (
-        min(max(16 * L2, 256 * MiB), torch.cuda.mem_get_info()[0] // 16) // MiB * MiB
-    )  # bytes, from free memory
-    N = (
-        VECTOR // 4
-    )  # float32 elements per vector; the GELU's input is ROWS x HIDDEN = N elements too
-    ROWS = N // HIDDEN
-    print(
-        f"L2 {L2 / MiB:.0f} MiB -> vectors of {N:,} floats ({VECTOR / MiB:,.0f} MiB, {VECTOR / L2:.1f}x L2); "
-        f"GELU input {ROWS:,} x {HIDDEN}"
-    )
+    VECTOR = min(max(16 * L2, 256 * MiB), torch.cuda.mem_get_info()[0] // 16) // MiB * MiB
+    N, ROWS = VECTOR // 4, VECTOR // 4 // HIDDEN  # floats per vector; GELU input: ROWS x HIDDEN
+    print(f"L2 {L2 / MiB:.0f} MiB -> vectors of {N:,} floats ({VECTOR / MiB:,.0f} MiB, ", end="")
+    print(f"{VECTOR / L2:.1f}x L2); GELU input {ROWS:,} x {HIDDEN}")
 
 # %% [markdown]
 # ## The kernels, written once
 #
 # Every workload of this notebook is in the cell below, which Jupyter's `%%writefile` saves
 # as `fusion_kernels.py` in the notebook's work folder. The notebook imports it; when the
-# `ncu` command line measures instead of nsight-python's backend, it runs the same file
-# (the command is printed). `fusion`, `gelu` and `roof` are the functions nsight-python
-# profiles: each `nsight.annotate` region is one row of its table.
+# `ncu` command line measures instead of nsight-python's backend, or Nsight Systems draws the
+# timeline, it runs the same file (the command is printed). `fusion`, `gelu` and `roof` are
+# the functions nsight-python profiles: each `nsight.annotate` region is one row of its table.
+# `trace` is section 5's: each of its ranges is marked twice, for NVTX (what Nsight Systems
+# records) and for `torch.profiler` (its `record_function`).
 
 # %% writefile fusion_kernels.py
-"""The workloads of notebook 07; the notebook imports this file and the ncu command line runs it."""
+"""The workloads of notebook 07: imported by the notebook, run by the ncu and nsys command lines."""
+import contextlib
 import functools
 import math
 
 import nsight
+import nvtx
 import torch
 import torch.nn.functional as F
 
 UNFUSED, ADDCMUL = "a + b * c", "torch.addcmul(a, b, c)"
 HAND, IDIOMATIC, COMPILED = "GELU by hand, eager", "F.gelu, eager", "GELU, torch.compile"
-BIAS, GELU_ONLY = (
-    "x + bias, eager",
-    "F.gelu(h) alone, eager",
-)  # the idiomatic version's two kernels, one at a time
-STREAMS = {
-    "x.sum()": 1,
-    "y = x * 2": 2,
-    "y = x + w": 3,
-    "y = addcmul(x, w, v)": 4,
-}  # vectors read + written; x.sum()
-# is a reduction kernel that reads x, the others streams
+BIAS, GELU_ONLY = "x + bias, eager", "F.gelu(h) alone, eager"  # the idiomatic one's two kernels
+# vectors read + written; x.sum() is a reduction kernel that reads x, the others streams
+STREAMS = {"x.sum()": 1, "y = x * 2": 2, "y = x + w": 3, "y = addcmul(x, w, v)": 4}
+SMALL, CALLS = 16, 5  # section 5: rows of the small input (16 x 4096 floats), calls per range
+CASES = ("eager, small", "compiled, small", "eager, large", "compiled, large")  # section 5's ranges
 
 
 def gelu_by_hand(x, bias):
@@ -127,19 +130,16 @@ def gelu_idiomatic(x, bias):
 
 @functools.cache
 def compiler():
-    """torch.compile's version of gelu_by_hand, made on first use (importing the compiler takes a second)."""
+    """torch.compile's version of gelu_by_hand, made on first use (importing it takes a second)."""
     import torch._inductor.config
 
-    torch._inductor.config.compile_threads = (
-        1  # compile in this process: no pool of workers for one kernel
-    )
+    torch._inductor.config.compile_threads = 1  # compile in this process: no pool of workers
     return torch.compile(gelu_by_hand, dynamic=False)
 
 
 def compiled_gelu(x, bias):
-    return compiler()(
-        x, bias
-    )  # the first call compiles (seconds); later calls launch one fused kernel
+    """The first call on a shape compiles (seconds); later calls launch one fused kernel."""
+    return compiler()(x, bias)
 
 
 def fusion(n):
@@ -152,9 +152,7 @@ def fusion(n):
 
 def gelu(rows, hidden):
     x, bias = torch.randn(rows, hidden, device="cuda"), torch.randn(hidden, device="cuda")
-    h = (
-        x + bias
-    )  # outside the annotations: in a model the bias add sits in the linear layer's epilogue
+    h = x + bias  # outside the annotations: in a model, the linear layer's epilogue adds the bias
     compiled_gelu(x, bias)  # compiles on the first run of a fresh process, outside every annotation
     with nsight.annotate(HAND):
         gelu_by_hand(x, bias)
@@ -184,7 +182,28 @@ def roof(rows, hidden):
         compiled_gelu(x, bias)
 
 
-if __name__ == "__main__":  # what the ncu command line runs (the printed command shows it)
+@contextlib.contextmanager
+def timeline_range(name):
+    """One range both timelines show: NVTX for Nsight Systems, record_function for torch.profiler."""
+    with nvtx.annotate(name), torch.profiler.record_function(name):
+        yield
+
+
+def trace(rows, hidden):
+    """Section 5: GELU by hand, eager and compiled, on a small and a large input; CALLS calls a range."""
+    bias = torch.randn(hidden, device="cuda")
+    for size, n_rows in (("small", SMALL), ("large", rows)):
+        x = torch.randn(n_rows, hidden, device="cuda")
+        for kind, run in (("eager", gelu_by_hand), ("compiled", compiled_gelu)):
+            run(x, bias)  # warm-up outside the range (the compiled one compiles for this shape)
+            torch.cuda.synchronize()
+            with timeline_range(f"{kind}, {size}"):
+                for _ in range(CALLS):
+                    run(x, bias)
+                torch.cuda.synchronize()  # the range ends when the GPU is done
+
+
+if __name__ == "__main__":  # what the ncu and nsys command lines run (the printed command shows it)
     from nspy_tutorial import ncu_cli
 
     ncu_cli.replay(globals())
@@ -196,102 +215,85 @@ fk = importlib.reload(fk)  # after an edit of the cell above, its new version
 
 
 def hand_counts(n: int, hidden: int) -> dict:
-    """Kernels and DRAM bytes each variant must launch and move, counted by hand (the tables in the text)."""
+    """Kernels, DRAM bytes read and written per variant, counted by hand (the text's tables)."""
     v, b = 4 * n, 4 * hidden  # bytes of one vector and of the bias
     return {
-        fk.UNFUSED: dict(
-            kernels=2, read=(2 + 2) * v, write=(1 + 1) * v
-        ),  # b, c -> t; then a, t -> result
-        fk.ADDCMUL: dict(kernels=1, read=3 * v, write=v),
-        fk.HAND: dict(kernels=9, read=11 * v + b, write=9 * v),
-        fk.IDIOMATIC: dict(
-            kernels=2, read=2 * v + b, write=2 * v
-        ),  # x + bias -> h; then gelu(h) -> y
-        fk.BIAS: dict(kernels=1, read=v + b, write=v),
-        fk.GELU_ONLY: dict(kernels=1, read=v, write=v),
-        fk.COMPILED: dict(kernels=1, read=v + b, write=v),
+        fk.UNFUSED: (2, (2 + 2) * v, (1 + 1) * v),  # t = b * c; then a + t
+        fk.ADDCMUL: (1, 3 * v, v),
+        fk.HAND: (9, 11 * v + b, 9 * v),
+        fk.IDIOMATIC: (2, 2 * v + b, 2 * v),  # h = x + bias; then gelu(h)
+        fk.BIAS: (1, v + b, v),
+        fk.GELU_ONLY: (1, v, v),
+        fk.COMPILED: (1, v + b, v),
     }
 
 
 def variants(table: pd.DataFrame, counts: dict) -> pd.DataFrame:
-    """One row per annotation of nsight-python's table: kernels, time (mean, Student-t 95 % half-width), DRAM bytes
-    measured and counted by hand, and the effective bandwidth (the counted bytes over the time)."""
+    """Per annotation: kernels, time (mean, Student-t 95 % half-width), DRAM MB measured, counted."""
     rows = {}
-    for name in table.Annotation.unique():
-        m, c = table[table.Annotation == name].set_index("Metric"), counts[name]
+    for name, m in table.groupby("Annotation", sort=False):
+        m, (_, read, write) = m.set_index("Metric"), counts[name]
         t = m.loc[TIME]
         rows[name] = {
             "kernels": t.Kernel.count("|") + 1,
-            "counted": c["kernels"],
             "time us": t.AvgValue / 1e3,
             "+/- us": stats.t.ppf(0.975, t.NumRuns - 1) * t.StdDev / np.sqrt(t.NumRuns) / 1e3,
             "read MB": m.AvgValue[READ] / 1e6,
-            "counted read MB": c["read"] / 1e6,
+            "counted read MB": read / 1e6,
             "write MB": m.AvgValue[WRITE] / 1e6,
-            "counted write MB": c["write"] / 1e6,
-            "GB/s": (c["read"] + c["write"]) / t.AvgValue,
+            "counted write MB": write / 1e6,
         }
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def as_counted(row: pd.Series, l2: float) -> bool:
-    """The counters against the hand count. Reads: after the flush every input byte comes from DRAM, so not fewer
-    (2 % slack) and not much more (10 %: other traffic). Writes: up to one L2 per kernel may still sit in L2 when
-    the kernel's counters stop; not more than the count (10 % slack)."""
+def as_counted(row: pd.Series, kernels: int, l2: float) -> bool:
+    """The DRAM counters against the hand count (the slack is the text's)."""
     read, write, counted = (
         row["read MB"] / row["counted read MB"],
         row["write MB"],
         row["counted write MB"],
     )
-    return 0.98 <= read <= 1.10 and counted - row["kernels"] * l2 / 1e6 <= write <= 1.10 * counted
+    return 0.98 <= read <= 1.10 and counted - kernels * l2 / 1e6 <= write <= 1.10 * counted
 
 
-def slower_by(table: pd.DataFrame, slow: str, fast: str) -> tuple[float, float, float]:
-    """How much longer `slow` takes than `fast`, in us: the difference of the mean times and its Welch 95 % interval."""
-    a, b = (
-        table[(table.Annotation == name) & (table.Metric == TIME)].iloc[0] for name in (slow, fast)
-    )
-    va, vb = a.StdDev**2 / a.NumRuns, b.StdDev**2 / b.NumRuns
-    dof = (va + vb) ** 2 / (va**2 / (a.NumRuns - 1) + vb**2 / (b.NumRuns - 1))
-    d, half = a.AvgValue - b.AvgValue, stats.t.ppf(0.975, dof) * np.sqrt(va + vb)
-    return d / 1e3, (d - half) / 1e3, (d + half) / 1e3
+def batch(table: pd.DataFrame, name: str) -> tuple[float, float, int]:
+    """A variant's time as notebook 03's batch: (mean, standard deviation, runs)."""
+    t = table[(table.Annotation == name) & (table.Metric == TIME)].iloc[0]
+    return t.AvgValue, t.StdDev, t.NumRuns
 
 
-def verdict(lo: float, hi: float, ref: float, margin: float = 2.0) -> str:
-    """A difference's 95 % interval [lo, hi] against ref: "slower" or "faster" where the whole interval lies beyond
-    +-margin % of ref, else "not distinguishable" (a near-tie is named, not decided: it can flip from run to run)."""
-    edge = margin / 100 * ref
-    return (
-        "slower"
-        if lo > edge
-        else "faster"
-        if hi < -edge
-        else f"not distinguishable (within {margin:g} %)"
-    )
+def verdict(shift: float, half: float, margin: float = 2.0) -> str:
+    """A shift (%) and its 95 % half-width: a side only where the whole interval is beyond margin."""
+    if abs(shift) - half <= margin:
+        return f"not distinguishable (within {margin:g} %)"
+    return "slower" if shift > 0 else "faster"
 
 
 def report(table: pd.DataFrame, source: str) -> pd.DataFrame:
-    """Whose rules measured, each variant against its hand count (printed), and the claims of the count."""
+    """Whose rules measured, each variant against its hand count (printed), the count's claims."""
     print(nt.rules(source, SETTINGS["cache_control"], SETTINGS["clock_control"]))
-    t = variants(table, hand_counts(N, HIDDEN))
+    counts = hand_counts(N, HIDDEN)
+    t = variants(table, counts)
     print(t.to_string(float_format="{:,.1f}".format))
     for name, r in t.iterrows():
-        kernels = Counter(
+        names = Counter(
             table[(table.Annotation == name) & (table.Metric == TIME)].Kernel.iloc[0].split("|")
         )
-        nt.claim(
-            r["kernels"] == r["counted"],
-            f"{name} launches the {r['counted']:.0f} kernel(s) counted by hand",
-            ", ".join(f"{c} x " * (c > 1) + nt.short_kernel_name(k) for k, c in kernels.items()),
-        )
-        nt.claim(
-            as_counted(r, L2),
-            f"{name}: the DRAM counters read the bytes counted by hand (writes: within one "
-            "L2 per kernel)",
-            f"read {r['read MB']:,.0f} of {r['counted read MB']:,.0f} MB, "
-            f"wrote {r['write MB']:,.0f} of {r['counted write MB']:,.0f} MB",
-        )
+        kernels = ", ".join(f"{c} x " * (c > 1) + nt.short_kernel_name(k) for k, c in names.items())
+        nt.claim(r.kernels == counts[name][0], f"{name}: kernels as counted", kernels)
+        nt.claim(as_counted(r, r.kernels, L2), f"{name}: DRAM bytes as counted")
     return t
+
+
+def counters(func, config: tuple) -> tuple[pd.DataFrame, str]:
+    """`func` under SETTINGS: by the Nsight Compute backend, else by the ncu command line."""
+    if ENV.backend == "ncu":  # nsight-python's Nsight Compute backend: this process, one call
+        return nsight.analyze.kernel(configs=[config], **SETTINGS)(func)().to_dataframe(), "ncu"
+    # CUPTI measures durations only: the ncu command line runs the same file, same settings
+    kept = ncu_cli.nsight_table(
+        "fusion_kernels.py", func, ncu=ENV.ncu_path, configs=[config], **SETTINGS
+    )
+    return kept, "ncu-cli"
 
 
 # %% [markdown]
@@ -310,12 +312,14 @@ def report(table: pd.DataFrame, source: str) -> pd.DataFrame:
 #
 # So fusion should save a third of the traffic and, since both are memory-bound, about a
 # third of the time. The unfused annotation launches two kernels: without
-# `combine_kernel_metrics` nsight-python would refuse it (notebook 02 shows the error); with
-# `add` it adds the two kernels' times *and* their byte counts, metric by metric.
+# `combine_kernel_metrics` nsight-python would refuse it (notebook 02 shows the error). With
+# `combine` (above) it adds the two kernels' times *and* their byte counts, metric by metric;
+# nsight-python hands the function one array per kernel, so the percentages and the clock it
+# also measures (section 3) are averaged, each kernel weighted by its time.
 #
-# **Which tool measures.** nsight-python's Nsight Compute backend collects the time and both
-# byte counters in one call. The CUPTI backend measures durations only, so on a machine with
-# an older `ncu` the `ncu` command line runs `fusion_kernels.py` with the same settings and
+# **Which tool measures.** nsight-python's Nsight Compute backend collects the time and the
+# counters in one call. The CUPTI backend measures durations only, so on a machine with an
+# older `ncu` the `ncu` command line runs `fusion_kernels.py` with the same settings and
 # hands back nsight-python's own table -- the same columns, the same rules (caches flushed
 # before every kernel, clocks free), printed above the table. Either way the `Kernel` column
 # holds the kernels' bare function names, joined by `|`: PyTorch's elementwise kernels are
@@ -325,36 +329,20 @@ def report(table: pd.DataFrame, source: str) -> pd.DataFrame:
 # What to look for: the kernel counts; `read MB` against `counted read MB` (after a flush
 # every input byte must come from DRAM); `write MB` a little short of its count (a kernel's
 # last writes may still sit in L2 when its counters stop: at most one L2 per kernel); and
-# the time difference with its 95 % interval.
+# the time difference in % of `addcmul`'s time, with its 95 % Welch interval (notebook 03's
+# `welch_shift`: each variant keeps its own spread, so a noisy one widens the interval).
 
 # %%
 with nt.section("1. Unfused vs fused: a + b * c against torch.addcmul") as s:
-    if ENV.backend == "ncu":  # nsight-python's Nsight Compute backend: this process, one call
-        table, source = (
-            nsight.analyze.kernel(configs=[(N,)], **SETTINGS)(fk.fusion)().to_dataframe(),
-            "ncu",
-        )
-    else:  # CUPTI measures durations only: the ncu command line runs the same file with the same settings
-        ENV.require("ncu-cli")
-        table, source = (
-            ncu_cli.nsight_table(
-                "fusion_kernels.py", fk.fusion, ncu=ENV.ncu_path, configs=[(N,)], **SETTINGS
-            ),
-            "ncu-cli",
-        )
-    FUSION = t = report(table, source)
-    d, lo, hi = slower_by(table, fk.UNFUSED, fk.ADDCMUL)
-    nt.claim(
-        lo > 0,
-        "a + b * c takes longer than torch.addcmul (the 95 % interval of the difference is above zero)",
-        f"{d:+,.1f} us [{lo:+,.1f}, {hi:+,.1f}]",
-    )
-    u, f = t.loc[fk.UNFUSED], t.loc[fk.ADDCMUL]
+    ENV.require("ncu" if ENV.backend == "ncu" else "ncu-cli")  # counters: either tool
+    table, source = counters(fk.fusion, (N,))
+    t = report(table, source)
+    shift, half, _ = welch_shift(batch(table, fk.ADDCMUL), batch(table, fk.UNFUSED))
+    nt.claim(shift > half, "a + b * c takes longer than addcmul", f"{shift:+.1f} % +- {half:.1f} %")
+    moved = t["read MB"] + t["write MB"]
     s.result = (
-        f"bytes unfused/fused: counted {u['counted read MB'] + u['counted write MB']:,.0f}/"
-        f"{f['counted read MB'] + f['counted write MB']:,.0f} MB, measured "
-        f"{u['read MB'] + u['write MB']:,.0f}/{f['read MB'] + f['write MB']:,.0f} MB; "
-        f"time {u['time us']:,.0f} vs {f['time us']:,.0f} us, +{d:,.0f} us [{lo:,.0f}, {hi:,.0f}]"
+        f"unfused/fused: {moved[fk.UNFUSED]:,.0f}/{moved[fk.ADDCMUL]:,.0f} MB, "
+        f"{t['time us'][fk.UNFUSED]:,.0f}/{t['time us'][fk.ADDCMUL]:,.0f} us ({shift:+.0f} %)"
     )
 
 # %% [markdown]
@@ -382,20 +370,24 @@ with nt.section("1. Unfused vs fused: a + b * c against torch.addcmul") as s:
 # PyTorch's own GELU): 16n bytes. One fused kernel reads x and the bias and writes y: 8n
 # bytes -- a tenth of the hand-written chain, half of the idiomatic one. The fair baseline
 # for `torch.compile` is the idiomatic one; the hand-written chain shows what it rescues.
+# `torch.compile` generates its fused kernel with
+# [Triton](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#triton),
+# a compiler for GPU kernels written in Python; its kernels' names start with `triton_`.
 #
 # **The bias add, apart.** The idiomatic row's two kernels are also measured one at a time:
 # `x + bias` (8n bytes) and `F.gelu(h)` on a ready `h` (8n bytes). Their times should add
-# up to the idiomatic row's (checked), and they say where its time goes: the bytes explain
-# a factor of two against the fused kernel; the rest is how fast each kernel moves its
-# bytes. PyTorch's elementwise kernels use vector loads only when every operand is
-# contiguous; the bias is broadcast along the rows (a stride of zero), so `x + bias` runs
-# the generic `elementwise_kernel` -- look at its name in the table -- not the
-# `vectorized_elementwise_kernel` that `F.gelu(h)` runs. In a model the bias add costs no
-# kernel of its own: the linear layer before the GELU adds it as it writes its output (the
-# GEMM's epilogue), so `F.gelu(h)` alone is what an eager model pays for its GELU, and the
-# compiled kernel (which adds the bias too) is set against it; where the 95 % interval of
-# the difference does not reach beyond 2 % either way, the cell says **not
-# distinguishable** rather than pick a winner that could change from run to run.
+# up to the idiomatic row's (checked), and they say where its time goes. PyTorch's
+# elementwise kernels use vector loads only when every operand is contiguous; the bias is
+# broadcast along the rows (a stride of zero), so `x + bias` runs the generic
+# `elementwise_kernel` -- look at its name -- not the `vectorized_elementwise_kernel` that
+# `F.gelu(h)` runs. In a model the bias add costs no kernel of its own: the linear layer
+# before the GELU adds it as it writes its output, in the matmul's
+# [epilogue](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#epilogue)
+# (the last step of a matmul kernel, applied to each result before it is stored). So
+# `F.gelu(h)` alone is what an eager model pays for its GELU, and the compiled kernel (which
+# adds the bias too) is set against it; where the 95 % interval of the difference does not
+# reach beyond 2 % either way, the cell says **not distinguishable** rather than pick a
+# winner that could change from run to run.
 #
 # **Compile before you measure, outside the annotation.** The first call of a
 # `torch.compile`d function traces it, generates and compiles a Triton kernel (seconds of
@@ -419,6 +411,7 @@ def require_triton() -> None:
 
 
 with nt.section("2. Bias + GELU three ways: by hand, F.gelu, torch.compile") as s:
+    ENV.require("ncu" if ENV.backend == "ncu" else "ncu-cli", also="triton")
     require_triton()
     x, bias = torch.randn(ROWS, HIDDEN, device="cuda"), torch.randn(HIDDEN, device="cuda")
     start = time.perf_counter()
@@ -426,72 +419,25 @@ with nt.section("2. Bias + GELU three ways: by hand, F.gelu, torch.compile") as 
     torch.cuda.synchronize()
     compile_s = time.perf_counter() - start
     error = max((f(x, bias) - y).abs().max().item() for f in (fk.gelu_by_hand, fk.gelu_idiomatic))
-    print(f"  compiled and warmed up in {compile_s:.1f} s, before and outside any annotation")
     del x, bias, y  # freed: gelu (or the ncu child) makes its own
-    if ENV.backend == "ncu":
-        table, source = (
-            nsight.analyze.kernel(configs=[(ROWS, HIDDEN)], **SETTINGS)(fk.gelu)().to_dataframe(),
-            "ncu",
-        )
-    else:  # CUPTI measures durations only: the ncu command line on the same file, with the same settings
-        ENV.require("ncu-cli")
-        table, source = (
-            ncu_cli.nsight_table(
-                "fusion_kernels.py", fk.gelu, ncu=ENV.ncu_path, configs=[(ROWS, HIDDEN)], **SETTINGS
-            ),
-            "ncu-cli",
-        )
-    nt.claim(
-        error < 1e-4,
-        "by hand, F.gelu and torch.compile compute the same values",
-        f"max |difference| {error:.1e}",
-    )
-    GELU = t = report(table, source)
+    print(f"  compiled and warmed up in {compile_s:.1f} s, before and outside any annotation")
+    nt.claim(error < 1e-4, "by hand, F.gelu and compiled agree", f"max |difference| {error:.1e}")
+    GELU_TABLE, source = counters(fk.gelu, (ROWS, HIDDEN))
+    GELU = t = report(GELU_TABLE, source)
     for slow in (fk.HAND, fk.IDIOMATIC):
-        d, lo, hi = slower_by(table, slow, fk.COMPILED)
-        print(
-            f"  {slow} takes {t['time us'][slow] / t['time us'][fk.COMPILED]:.1f}x as long as {fk.COMPILED}: "
-            f"{d:+,.1f} us [{lo:+,.1f}, {hi:+,.1f}] (95 %)"
-        )
+        shift, half, _ = welch_shift(batch(GELU_TABLE, fk.COMPILED), batch(GELU_TABLE, slow))
         nt.claim(
-            lo > 0,
-            f"{fk.COMPILED} is faster than {slow} (the 95 % interval of the difference is above zero)",
-            f"{d:+,.1f} us",
+            shift > half, f"{slow} takes longer than compiled", f"{shift:+.0f} % +- {half:.1f}"
         )
-    bias, alone, both, fused = (
-        t.loc[name] for name in (fk.BIAS, fk.GELU_ONLY, fk.IDIOMATIC, fk.COMPILED)
-    )
-    nt.claim(
-        abs(bias["time us"] + alone["time us"] - both["time us"]) < 0.05 * both["time us"],
-        f"{fk.BIAS} and "
-        f"{fk.GELU_ONLY}, measured one at a time, add up to {fk.IDIOMATIC} (within 5 %)",
-        f"{bias['time us']:,.0f} + {alone['time us']:,.0f} vs {both['time us']:,.0f} us",
-    )
-    counted = (both["counted read MB"] + both["counted write MB"]) / (
-        fused["counted read MB"] + fused["counted write MB"]
-    )
-    ratio = both["time us"] / fused["time us"]
-    print(
-        f"  {fk.IDIOMATIC} takes {ratio:.1f}x {fk.COMPILED}'s time: {counted:.1f}x the bytes, times {ratio / counted:.2f}x"
-        f" the time per byte; its bias add moves its bytes at {bias['GB/s']:,.0f} GB/s, F.gelu(h) at "
-        f"{alone['GB/s']:,.0f}, the compiled kernel at {fused['GB/s']:,.0f}"
-    )
-    d, lo, hi = slower_by(table, fk.GELU_ONLY, fk.COMPILED)
-    same = verdict(lo, hi, fused["time us"])
-    print(
-        f"  {fk.GELU_ONLY} (what a model with the bias in its linear layer pays) against {fk.COMPILED}: "
-        f"{d:+,.1f} us [{lo:+,.1f}, {hi:+,.1f}] (95 %): {same}"
-    )
-    s.result = "; ".join(
-        [
-            *(
-                f"{name}: {r['kernels']:.0f} kernel(s), {r['read MB'] + r['write MB']:,.0f} MB, "
-                f"{r['time us']:,.0f} us"
-                for name, r in t.iterrows()
-            ),
-            f"F.gelu(h) alone vs compiled: {same}",
-            f"compile {compile_s:.1f} s",
-        ]
+    bias, alone, both = (t["time us"][name] for name in (fk.BIAS, fk.GELU_ONLY, fk.IDIOMATIC))
+    sums = f"{bias:,.0f} + {alone:,.0f} vs {both:,.0f} us"
+    nt.claim(abs(bias + alone - both) < 0.05 * both, "bias add + F.gelu(h) = F.gelu (5 %)", sums)
+    shift, half, _ = welch_shift(batch(GELU_TABLE, fk.COMPILED), batch(GELU_TABLE, fk.GELU_ONLY))
+    same = verdict(shift, half)
+    print(f"  F.gelu(h) alone against compiled: {shift:+.1f} % +- {half:.1f} % (95 %): {same}")
+    s.result = (
+        f"compiled {t['time us'][fk.COMPILED]:,.0f} us, F.gelu {both:,.0f}, by hand "
+        f"{t['time us'][fk.HAND]:,.0f}; F.gelu(h) alone: {same}"
     )
 
 # %% [markdown]
@@ -500,7 +446,69 @@ with nt.section("2. Bias + GELU three ways: by hand, F.gelu, torch.compile") as 
 # fell. Both are needed: a "fused" region that still launches a copy kernel, or a compiled
 # kernel that re-reads its input, shows up in one and not necessarily in the other.
 #
-# ## 3. How close to the bandwidth roof is the fused kernel?
+# ## 3. Did `torch.compile` help? Three questions, answered from counters
+#
+# Judge a compiler's output as you would judge FlashAttention: not by its time alone, but by
+# three questions the counters of section 2's one measurement answer.
+#
+# 1. **Did fusion happen?** The kernel count per region.
+# 2. **Did DRAM traffic fall?** The measured DRAM bytes.
+# 3. **Are the SMs or the tensor cores busier?** `sm__throughput.avg.pct_of_peak_sustained_elapsed`
+#    is the busiest unit of the SMs (FMA, ALU, load/store, ...) as a % of its peak over the
+#    kernel's whole run ([`_elapsed` vs `_active`](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#pct_of_peak_sustained_elapsed-vs-_active):
+#    `_elapsed` divides by every cycle of the run, `_active` only by the cycles the unit had
+#    work); `sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active` is how busy the
+#    [tensor cores](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#tensor-core)
+#    were. Both count cycles, so they are % of the peak *at the clock the kernel ran*,
+#    printed beside them (`gpc__cycles_elapsed.avg.per_second`); a region's value is its
+#    kernels' average, weighted by time.
+#
+# A GELU has no matrix multiply, so expect the tensor pipe idle in every variant: the gain
+# can only come from fewer bytes and fewer launches. Which unit limits the compiled kernel is
+# read as notebook 06 does, from the one closer to its peak: the SMs, or DRAM
+# (`dram__throughput.avg.pct_of_peak_sustained_elapsed`, at the memory clock). A locked or
+# lowered SM clock raises a DRAM-bound kernel's SM % (the same work in fewer cycles), not its
+# DRAM %. The verdict names the next step.
+
+
+# %%
+def three_questions(table: pd.DataFrame, t: pd.DataFrame) -> pd.DataFrame:
+    """Per variant: kernels, DRAM MB, SM and tensor %, the SM clock they ran at, the time."""
+    per = table.pivot(index="Annotation", columns="Metric", values="AvgValue").loc[t.index]
+    return pd.DataFrame(
+        {
+            "kernels": t.kernels,
+            "DRAM MB": t["read MB"] + t["write MB"],
+            "SM %": per[SM],
+            "tensor %": per[TENSOR],
+            "DRAM %": per[DRAM],
+            "SM MHz": per[CLOCK] / 1e6,
+            "time us": t["time us"],
+        }
+    )
+
+
+with nt.section("3. Did torch.compile help? Three questions, from counters") as s:
+    q = three_questions(GELU_TABLE, nt.needs(GELU, section="2", need="ncu-cli"))
+    print(q.to_string(float_format="{:,.1f}".format))
+    eager, fused = q.loc[fk.IDIOMATIC], q.loc[fk.COMPILED]
+    nt.claim(fused.kernels == 1 < eager.kernels, "fusion happened", f"{eager.kernels:.0f} -> 1")
+    cut = eager["DRAM MB"] / fused["DRAM MB"]
+    nt.claim(cut > 1.5, "DRAM traffic fell against F.gelu", f"{cut:.1f}x fewer bytes")
+    idle = q["tensor %"].max()
+    nt.claim(idle < 5, "the tensor pipe idles in every variant", f"at most {idle:.1f} %")
+    busiest = f"DRAM {fused['DRAM %']:.0f} % vs SM {fused['SM %']:.0f} % of peak"
+    nt.claim(fused["DRAM %"] > fused["SM %"], "the compiled kernel: DRAM the busier unit", busiest)
+    print(f"  verdict: fused; {cut:.1f}x fewer DRAM bytes than F.gelu; {busiest}, tensor cores")
+    print("  unused: bytes, not arithmetic, set its time. Next step: move fewer bytes (bf16")
+    print("  activations, or the GELU in the matmul's epilogue); section 4: how close to the roof")
+    s.result = (
+        f"kernels {eager.kernels:.0f} -> 1, DRAM {cut:.1f}x less, SM {eager['SM %']:.0f} -> "
+        f"{fused['SM %']:.0f} % at {fused['SM MHz']:,.0f} MHz, tensor {fused['tensor %']:.1f} %"
+    )
+
+# %% [markdown]
+# ## 4. How close to the bandwidth roof is the fused kernel?
 #
 # A fused elementwise kernel is still memory-bound: the best it can do is move its bytes at
 # the GPU's achievable bandwidth. We measure that roof as notebook 06 does, over vectors as
@@ -511,88 +519,177 @@ with nt.section("2. Bias + GELU three ways: by hand, F.gelu, torch.compile") as 
 # fastest of the four is the roof. DRAM pays for turning its bus around between reads and
 # writes, so a fused kernel is also set against the stream with **its own mix**: for the
 # compiled GELU (one read, one write) that is `x * 2`. Section 1's `addcmul` *is* the
-# 3-read stream: it sits at its same-mix stream by construction, so the question is asked
-# of the compiled GELU only. Its **effective bandwidth** is its counted bytes over its
-# time: a kernel that moved more gets no credit. The streams and the compiled GELU run in
-# one profiled call, under the same rules.
+# 3-read stream, so the question is asked of the compiled GELU only. Its **effective
+# bandwidth** is its counted bytes over its time: a kernel that moved more gets no credit.
+#
+# **Is a difference real?** The same kernels are measured in two calls, one after the other.
+# How far `y = x * 2` moves between them is this run's
+# [run-to-run band](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#run-to-run-band)
+# (notebook 03's `run_to_run_pct`: the shift between the two batches plus its 95 % Welch
+# half-width): the compiled GELU is "at its same-mix stream" unless it lies farther from it
+# than that band. DRAM bandwidth is set by the memory clock, printed with the device's peak.
 
 # %%
-with nt.section("3. How close to the bandwidth roof is the fused kernel?") as s:
+with nt.section("4. How close to the bandwidth roof is the fused kernel?") as s:
     ENV.require("profiler", also="triton")
     require_triton()
-    table = nsight.analyze.kernel(
+    measure = nsight.analyze.kernel(
         configs=[(ROWS, HIDDEN)],
         runs=SETTINGS["runs"],
-        combine_kernel_metrics=add,
+        combine_kernel_metrics=combine,
         thermal_mode="off",
         verbosity=SILENT,
-    )(fk.roof)().to_dataframe()
+    )(fk.roof)
+    ROOF = [measure().to_dataframe() for _ in range(2)]  # two calls: how far a kernel moves
     print(nt.rules(ENV.backend))
-    ns = table.set_index("Annotation").AvgValue
+    ns = ROOF[0].set_index("Annotation").AvgValue
     gbs = {name: k * VECTOR / ns[name] for name, k in fk.STREAMS.items()}
-    counted = hand_counts(N, HIDDEN)[fk.COMPILED]
-    gbs[fk.COMPILED] = (counted["read"] + counted["write"]) / ns[fk.COMPILED]
+    gbs[fk.COMPILED] = sum(hand_counts(N, HIDDEN)[fk.COMPILED][1:]) / ns[fk.COMPILED]
     roof, mix = max(gbs[name] for name in fk.STREAMS), gbs["y = x * 2"]
-    sheet = ENV.datasheet.mem_bandwidth_gbs.value if ENV.datasheet else None
-    clock, bus = (
-        ENV.facts.max_mem_clock_mhz,
-        ENV.facts.memory_bus_width_bits,
-    )  # double data rate: 2 transfers a clock
-    clock_peak = 2 * clock * 1e6 * bus / 8 / 1e9 if clock and bus else None
     for name, v in gbs.items():
         print(f"  {name:22s} {v:7,.0f} GB/s = {100 * v / roof:5.1f} % of the measured roof")
-    eff = gbs[fk.COMPILED]
+    band = run_to_run_pct(*(batch(table, "y = x * 2") for table in ROOF))
+    off = 100 * gbs[fk.COMPILED] / mix - 100
+    where = "at" if abs(off) <= band else "below" if off < 0 else "above"
     print(
-        f"  {fk.COMPILED}: {100 * eff / mix:.1f} % of its same-mix stream (y = x * 2); datasheet "
-        f"{f'{sheet:,.0f}' if sheet else 'unknown'} GB/s; device's clock-derived peak "
-        f"{f'{clock_peak:,.0f}' if clock_peak else 'unknown'} GB/s"
+        f"  compiled GELU: {off:+.1f} % from its same-mix stream, y = x * 2, whose two calls set the"
     )
-    if clock_peak:
-        nt.claim(
-            max(gbs.values()) <= clock_peak,
-            "no stream and no fused kernel moves its counted bytes faster than "
-            "the device's clock-derived DRAM peak",
-            f"fastest {max(gbs.values()):,.0f} <= {clock_peak:,.0f} GB/s",
-        )
+    print(f"  run-to-run band at +-{band:.1f} %: the compiled GELU is {where} its same-mix stream")
+    mhz, bus = ENV.facts.max_mem_clock_mhz, ENV.facts.memory_bus_width_bits
+    peak = 2 * mhz * 1e6 * bus / 8 / 1e9 if mhz and bus else None  # double data rate: 2 per clock
+    if peak:
+        print(f"  device's DRAM peak {peak:,.0f} GB/s: 2 x {mhz:,} MHz memory clock x {bus:,} bits")
+        if ENV.datasheet:
+            print(
+                f"  datasheet {ENV.datasheet.mem_bandwidth_gbs.value:,.0f} GB/s (its memory clock)"
+            )
+        fastest = max(gbs.values())
+        nt.claim(fastest <= peak, "nothing beats the DRAM peak", f"fastest {fastest:,.0f} GB/s")
+    if ENV.clock and ENV.clock.held_mhz:
+        print(f"  the SM clock is held at {ENV.clock.held_mhz:,} MHz; GB/s follow the memory clock")
     s.result = (
-        f"compiled GELU {eff:,.0f} GB/s = {100 * eff / mix:.0f} % of its same-mix stream, "
-        f"{100 * eff / roof:.0f} % of the measured roof ({roof:,.0f} GB/s)"
-        + (f", {100 * eff / sheet:.0f} % of the datasheet" if sheet else "")
+        f"compiled GELU {where} its same-mix stream ({off:+.1f} %, band +-{band:.1f} %), "
+        f"{100 * gbs[fk.COMPILED] / roof:.0f} % of the roof ({roof:,.0f} GB/s)"
     )
 
 # %% [markdown]
-# Near its same-mix stream, the fused kernel moves its bytes as fast as a plain copy with
-# the same reads and writes: the only way left to make it faster is to move fewer bytes (a
-# smaller dtype, or fusing it into the matmul before it). Clearly below means something
-# else limits it -- the arithmetic (`tanh` is not free) or how it accesses memory.
+# At its same-mix stream, the fused kernel moves its bytes as fast as a plain copy with the
+# same reads and writes: the only way left to make it faster is to move fewer bytes (a
+# smaller dtype, or fusing it into the matmul before it). Clearly below means something else
+# limits it -- the arithmetic (`tanh` is not free; look at its SM % in section 3) or how it
+# accesses memory.
+
+# %% [markdown]
+# ## 5. The timeline plot: where the GPU waits
 #
-# ## 4. The plot: bytes and time per variant
+# Every number so far is a kernel's own time. nsight-python reports a region's time as the
+# **sum of its kernels' durations**, so the nine kernels of eager GELU look as if they ran back
+# to back. They do not: between two kernels the CPU must launch the next (a
+# [launch](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#kernel-launch)
+# is a CUDA API call, `cudaLaunchKernel`, that queues a kernel for the GPU), and when a kernel
+# is shorter than a launch the GPU sits idle. Only a **timeline** shows it: the CPU's CUDA
+# calls on one lane, the GPU's kernels on another, on one clock.
+#
+# Nsight Systems (`nsys`) draws that timeline, and it is where a profiling session should
+# start: `nsys profile --trace=cuda,nvtx,osrt --stats=true -o ... python script.py`, the
+# program in a child process with no other profiler attached. It records every CUDA call,
+# every kernel, [NVTX](https://github.com/nspy-tutorial/nspy-tutorial/blob/main/docs/glossary.md#nvtx-range)
+# ranges (named spans the program marks) and OS calls. This cell runs `fusion_kernels.py`'s
+# `trace` that way and reads the report (`nsys export --type sqlite`, read with `sqlite3`).
+# Where `nsys` is missing (this project's GPU test machine has none; Colab has NVIDIA's apt
+# repository but not the package, so on Colab this cell installs it, showing apt's lines),
+# the same child runs under `torch.profiler` instead, whose trace (its Kineto library's)
+# holds the same three things: CUDA calls, kernels, ranges. The printout and the plot's title
+# say which tool drew it. Both tracers add a little time to each launch: the gaps below are
+# upper bounds.
+#
+# Four ranges, one thing changed at a time: GELU by hand, eager and compiled, on a small
+# input (a few hundred KiB: each kernel takes about as long as its launch, or less) and on
+# section 2's large one. Each range makes five calls, then waits for the GPU, so its wall
+# time covers the GPU's work. Per range: the wall time; the kernels and their summed time
+# (what nsight-python would report); **GPU busy**, the time covered by at least one kernel in
+# % of the wall time; the median idle gap between kernels; the CPU's time per launch call.
+# Expect the small eager range **launch-bound** (GPU busy well under half: it waits for the
+# CPU), and the large ranges **bandwidth-bound** (the GPU stays busy: the CPU queues kernels
+# faster than the GPU runs them). Fusion helps both in different ways: fewer bytes on the
+# large input, fewer launches on the small one -- but the compiled small range still waits:
+# each call of a compiled function costs the CPU its own checks before the one launch.
+#
+# What each tool can tell you: the timeline (nsys) shows *where the time goes* -- an idle GPU,
+# launch overhead, synchronisation (`cudaDeviceSynchronize`, the CPU waiting for the GPU) --
+# but not why one kernel is slow; Nsight Compute shows *why one kernel is slow* (its counters,
+# sections 1-4) but nothing between kernels. Start with the timeline, then open the kernel
+# that matters.
+
 
 # %%
-with nt.section("4. Plot: bytes and time per variant") as s:
-    both = pd.concat(
-        [nt.needs(FUSION, section="1", need="ncu-cli"), nt.needs(GELU, section="2", need="ncu-cli")]
-    )
-    fig, (ax_b, ax_t) = plt.subplots(1, 2, figsize=(12, 3.8))
-    pos = np.arange(len(both))
-    ax_b.bar(
-        pos - 0.2, both["counted read MB"] + both["counted write MB"], 0.4, label="counted by hand"
-    )
-    ax_b.bar(pos + 0.2, both["read MB"] + both["write MB"], 0.4, label="measured (DRAM counters)")
-    ax_b.set_ylabel("MB moved")
-    ax_b.set_title("DRAM bytes per call")
-    ax_b.legend(fontsize=8)
-    ax_t.bar(pos, both["time us"], 0.5, yerr=both["+/- us"], capsize=4, color="C2")
-    ax_t.set_ylabel("us")
-    ax_t.set_title("time per call (mean, 95 % CI)")
-    for ax in (ax_b, ax_t):
-        ax.set_xticks(
-            pos, both.index, fontsize=8, rotation=20, ha="right"
-        )  # whole names, slanted: none overlap
-    fig.suptitle(f"Kernel fusion on {ENV.gpu_name}")
+# @save
+def per_range(tl: timeline.Timeline) -> pd.DataFrame:
+    """Per range: wall time, its kernels and their summed time, GPU busy %, idle gaps, launch time."""
+    launched = tl.calls.merge(tl.kernels, on="correlation", suffixes=("", " k"))
+    rows = []
+    for r in tl.ranges.itertuples():
+        k = launched[(launched.start >= r.start) & (launched.start < r.end)].sort_values("start k")
+        reach = np.maximum.accumulate(k["end k"].to_numpy())  # the latest end so far
+        gaps = np.clip(k["start k"].to_numpy()[1:] - reach[:-1], 0, None)
+        start, end = k["start k"].clip(r.start, r.end), k["end k"].clip(r.start, r.end)
+        covered = np.clip(end - np.maximum(start, np.r_[r.start, reach[:-1]]), 0, None).sum()
+        wall = r.end - r.start
+        rows.append(
+            {
+                "wall us": wall / 1e3,
+                "kernels": len(k),
+                "kernel sum us": (k["end k"] - k["start k"]).sum() / 1e3,
+                "GPU busy %": 100 * covered / wall,
+                "median gap us": np.median(gaps) / 1e3 if len(gaps) else np.nan,
+                "us per launch": (k.end - k.start).mean() / 1e3,
+            }
+        )
+    return pd.DataFrame(rows, index=tl.ranges.name.to_numpy())
+
+
+# %%
+with nt.section("5. The timeline plot: where the GPU waits") as s:
+    require_triton()
+    NSYS = backend.find_nsys()
+    if NSYS is None and ENV.on_colab:  # NVIDIA's apt repository is there, the package is not
+        problem = bootstrap.install_nsys()
+        NSYS = backend.find_nsys()
+        nt.claim(NSYS is not None, "apt installed Nsight Systems", problem or "yet no nsys found")
+    if NSYS is None:
+        print(backend.nsys_missing(ENV.on_colab))
+    TL = timeline.capture("fusion_kernels.py", "trace", [(ROWS, HIDDEN)], nsys=NSYS)
+    TL.ranges = TL.ranges[TL.ranges.name.isin(fk.CASES)]  # the module's four, no library's own
+    kept = ", ".join(path.name for path in timeline.captures("."))  # for nsys-ui, and notebook 10
+    print(f"drawn by {TL.tool} on {TL.gpu.get('name')}; kept in the work folder: {kept}")
+    TIMELINE = per_range(TL)
+    print(TIMELINE.to_string(float_format="{:,.1f}".format))
+    counted = [(9 if name.startswith("eager") else 1) * fk.CALLS for name in TIMELINE.index]
+    nt.claim(TIMELINE.kernels.tolist() == counted, "9 kernels per eager call, 1 per compiled call")
+    busy = TIMELINE["GPU busy %"]
+    small, large = busy.filter(like="small").max(), busy.filter(like="large").min()
+    nt.claim(small < 50, "small input: launch-bound, GPU busy under half", f"at most {small:.0f} %")
+    nt.claim(large > 80, "large input: the GPU stays busy, over 80 %", f"at least {large:.0f} %")
+    fig, axes = plt.subplots(len(TIMELINE), 1, figsize=(11, 1.2 * len(TIMELINE) + 1))
+    for ax, r in zip(axes, TL.ranges.itertuples()):
+        calls = TL.calls[(TL.calls.start >= r.start) & (TL.calls.start < r.end)]
+        kernels = TL.kernels[TL.kernels.correlation.isin(calls.correlation)]
+        launch = np.where(calls.correlation.isin(kernels.correlation), "C0", "C3")
+        for lane, events, colour in ((0, kernels, "C2"), (1, calls, launch)):
+            spans = list(zip((events.start - r.start) / 1e3, (events.end - events.start) / 1e3))
+            ax.broken_barh(spans, (lane, 0.8), facecolors=colour)
+        ax.set_xlim(0, (r.end - r.start) / 1e3)  # the whole range: idle time at its edges shows
+        ax.set_yticks([0.4, 1.4], ["GPU kernels", "CPU CUDA calls"], fontsize=8)
+        ax.set_title(f"{r.name}: GPU busy {busy[r.name]:.0f} %", fontsize=9, loc="left")
+    axes[-1].set_xlabel("us since the range began; CPU calls: launches blue, others (syncs) red")
+    fig.suptitle(f"Timeline drawn by {TL.tool} on {TL.gpu.get('name')}")
     plt.tight_layout()
     plt.show()
-    s.result = f"plotted {len(both)} variants"
+    sums = TIMELINE["wall us"] / TIMELINE["kernel sum us"]
+    print(f"  eager, small: its wall time is {sums['eager, small']:.0f}x its kernels' summed time,")
+    print("  the only figure nsight-python reports for a region")
+    tool = TL.tool.split(" (")[0].split("-")[0]  # "torch.profiler", or "Nsight Systems <version>"
+    s.result = f"{tool}: GPU busy at most {small:.0f} % (small), at least {large:.0f} % (large)"
 
 # %% [markdown]
 # ## Takeaways
@@ -602,15 +699,17 @@ with nt.section("4. Plot: bytes and time per variant") as s:
 # - Measure the bytes: `dram__bytes_read.sum` and `dram__bytes_write.sum`, summed over an
 #   annotation's kernels with `combine_kernel_metrics`. With an older `ncu`, the command line
 #   on the same file gives nsight-python's same table.
-# - Check fusion in two places: the `Kernel` column (how many kernels, whose names) and the
-#   byte counters (did traffic fall).
+# - Judge a compiler's output by three questions from counters: fewer kernels, fewer DRAM
+#   bytes, busier SMs or tensor cores -- then name the next step.
 # - Compare against what a practitioner would write (`F.gelu`), not only against the
 #   slowest way to write it -- and measure its kernels one at a time: a broadcast bias add
 #   runs PyTorch's generic, non-vectorised kernel, and in a model it belongs in the linear
 #   layer's epilogue, where it costs no kernel of its own.
 # - Compile and warm up outside the profiled region, on the shapes you will profile.
-# - A fused elementwise kernel near its same-mix stream is done; to go faster, move fewer
-#   bytes.
+# - A fused elementwise kernel at its same-mix stream is done; to go faster, move fewer
+#   bytes. Call a difference real only beyond how far one kernel moves between two calls.
+# - Look at the timeline first: a region's summed kernel time hides the GPU waiting for
+#   launches. Small kernels are launch-bound; fusing them cuts launches as well as bytes.
 #
 # ## Try it
 #
@@ -619,6 +718,9 @@ with nt.section("4. Plot: bytes and time per variant") as s:
 #   makes of a reduction.
 # - Run section 2 in bf16 (`torch.randn(..., dtype=torch.bfloat16)` in `gelu`): the
 #   counted bytes halve; does the time?
+# - In `trace`, raise `SMALL` until the small eager range stops being launch-bound: at what
+#   size does a kernel outlast its launch? Or compile with `mode="reduce-overhead"` (CUDA
+#   graphs: one launch for many kernels) and look at the compiled small range again.
 #
 # Docs: [`nsight.analyze.kernel`](https://docs.nvidia.com/nsight-python/analyze.html)
 # (`metrics`, `combine_kernel_metrics`),
@@ -626,7 +728,9 @@ with nt.section("4. Plot: bytes and time per variant") as s:
 # (annotations with several kernels), nsight-python's source
 # (https://github.com/NVIDIA/nsight-python), the Nsight Compute
 # [profiling guide](https://docs.nvidia.com/nsight-compute/ProfilingGuide/index.html)
-# (memory metrics, cache control) and
+# (memory metrics, cache control), the Nsight Systems
+# [user guide](https://docs.nvidia.com/nsight-systems/UserGuide/index.html) (`nsys profile`,
+# `nsys export`), [`torch.profiler`](https://pytorch.org/docs/stable/profiler.html) and
 # [`torch.compile`](https://pytorch.org/docs/stable/generated/torch.compile.html).
 
 # %%

@@ -41,7 +41,7 @@ import nsight
 import numpy as np
 import pandas as pd
 
-from nspy_tutorial import evidence, ncu_cli
+from nspy_tutorial import evidence, ncu_cli, timeline
 
 SILENT = nsight.VerbosityLevel.SILENT
 TIME = "gpu__time_duration.sum"
@@ -576,9 +576,18 @@ with nt.section("3. The evidence folder, zipped") as s:
             f"{FULL_REPORT.name} (section 2b), profiling matmul({N_FULL}) of evidence_kernels.py:"
         ]
         lines += [f"  {nt.rules('ncu-cli')}", ""]
-    # ---- TIMELINE (issue 31), wired by the lead at merge: the timeline capture of this notebook's
-    # kernels, if one was made (a .nsys-rep, or torch.profiler's trace where nsys is missing), is
-    # copied into the folder here, with its README line. Until then: no timeline capture is kept.
+    # notebook 07's timeline capture (a .nsys-rep for nsys-ui, or torch.profiler's trace), where 07
+    # ran on this machine before: its work folder is this one's neighbour
+    captures = timeline.captures(ENV.workdir.parent / "07_kernel_fusion")
+    for path in captures:
+        shutil.copy(path, EVIDENCE)
+    lines += [
+        f"{p.name} (notebook 07, section 5): its timeline; open a .nsys-rep in nsys-ui"
+        for p in captures
+    ]
+    lines += (
+        [] if captures else ["no timeline capture: notebook 07 has not run on this machine", ""]
+    )
     lines += [
         "Open a .ncu-rep with the Nsight Compute GUI (ncu-ui <file>, or File > Open),",
         "or print it: ncu --import <file> --page details   (or --page raw --csv).",

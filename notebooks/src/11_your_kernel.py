@@ -162,10 +162,12 @@ def loop(size: str, calls: int) -> None:
     inputs = yk.make_inputs(*yk.SIZES[size])
     yk.your_function(*inputs)
     torch.cuda.synchronize()
-    for _ in range(calls):
+    for _ in range(
+        calls
+    ):  # each range ends when the GPU is done: its wall time covers the GPU's work
         with torch.profiler.record_function("call"), torch.cuda.nvtx.range("call"):
             yk.your_function(*inputs)
-    torch.cuda.synchronize()
+            torch.cuda.synchronize()
 
 
 if __name__ == "__main__":  # what the ncu command line runs (the printed command shows it)
@@ -191,8 +193,8 @@ import torch
 import your_kernel as yk
 from scipy import stats
 
-from nspy_tutorial import clock, evidence, ncu_cli
-from nspy_tutorial.lessons import plan_runs, run_to_run_pct, timer_step, welch_shift
+from nspy_tutorial import backend, clock, evidence, ncu_cli, timeline
+from nspy_tutorial.lessons import per_range, plan_runs, run_to_run_pct, timer_step, welch_shift
 
 yk = importlib.reload(yk)  # after an edit of your cell, its new version
 hk = importlib.reload(hk)
@@ -213,7 +215,7 @@ METRICS = [TIME, DRAM, CLOCK, TENSOR, *OPS]
 # pilot runs, the +/- % section 2 plans for, the most runs it takes, the calls section 5 draws
 PILOT, TARGET, MAX_RUNS, CALLS = 20, 1.0, 200, 10
 JUDGED = list(yk.SIZES)[-1]  # sections 2-5 judge the last size
-LAUNCHES = PILOT_RUNS = PLANNED = BATCHES = BAND = CACHES = COUNTERS = CLOCK_SEEN = None
+LAUNCHES = PILOT_RUNS = PLANNED = BATCHES = BAND = CACHES = COUNTERS = CLOCK_SEEN = BUSY = None
 RULES = {}  # section -> whose rules measured its table, for the evidence folder
 CAUSES = {
     "none": "no GPU kernel ran when measured: your_function computes on the CPU or returns a kept "
@@ -587,18 +589,18 @@ with nt.section("4. Where it sits on this GPU's roofline, and the next step") as
 with nt.section("5. The timeline around it: GPU busy % per call") as s:
     ENV.require("gpu")
     nt.needs(PILOT_RUNS, section="1")
-    if importlib.util.find_spec("nspy_tutorial.timeline") is None:
-        raise nt.Skip(
-            "this nspy-tutorial has no timeline module yet (nspy_tutorial.timeline, notebook 07's)",
-            "update nspy-tutorial (pip install -U it from its repository), then run this cell again",
-        )
-    # LEAD: reconcile with the timeline module's names
-    from nspy_tutorial import timeline
-
-    capture = timeline.capture("run_your_kernel.py", "loop", [(JUDGED, CALLS)])
-    busy = timeline.busy_per_range(capture)
-    print(f"  drawn by {capture.tool}", busy.to_string(float_format="{:,.1f}".format), sep="\n")
-    s.result = f"{capture.tool}: the GPU busy {busy['busy %'].median():.0f} % of each call (median)"
+    tl = timeline.capture("run_your_kernel.py", "loop", [(JUDGED, CALLS)], nsys=backend.find_nsys())
+    BUSY = per_range(tl)
+    kept = ", ".join(path.name for path in timeline.captures("."))
+    print(f"  drawn by {tl.tool}; kept in the work folder: {kept}")
+    print(BUSY.describe().loc[["min", "50%", "max"]].to_string(float_format="{:,.1f}".format))
+    busy = BUSY["GPU busy %"].median()
+    side = (
+        "launch-bound: fewer, larger kernels" if busy < 50 else "the GPU stays busy: faster kernels"
+    )
+    s.result = (
+        f"{tl.tool.split(' (')[0]}: GPU busy {busy:.0f} % of a call (median); {side} help most"
+    )
 
 # %% [markdown]
 # ## 6. The evidence, zipped
@@ -617,10 +619,16 @@ with nt.section("6. The evidence, zipped") as s:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir()
     tables = {"launches": LAUNCHES, "batches": BATCHES, "caches": CACHES, "counters": COUNTERS}
+    tables["timeline"] = BUSY
     for name, table in tables.items():
         if table is not None:
             table.to_csv(folder / f"{name}.csv")
-    for pattern in ("pilot-*.csv", "*.ncu-rep", "*_kernel.py"):  # raw runs, reports, the modules
+    for pattern in (
+        "pilot-*.csv",
+        "*.ncu-rep",
+        "*_kernel.py",
+        "*-timeline*",
+    ):  # runs, reports, modules
         for path in Path().glob(pattern):
             shutil.copy(path, folder)
     record = {**evidence.environment_record(ENV), "nvml_sm_mhz_in_section_3": CLOCK_SEEN}
