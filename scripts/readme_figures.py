@@ -61,13 +61,13 @@ class Figure:
 
 FIGURES = (
     Figure("roofline.png", "06", "plot",
-           "This GPU's roofs, measured and from the datasheet, with three kernels of the tutorial this series grew "
-           "from and a Transformer layer's "
-           "operations placed by their measured arithmetic intensity (rings: the formula's), each in the colour "
-           "of the roof it is judged against."),
-    Figure("fusion.png", "07", "plot",
-           "DRAM bytes (counted by hand and measured) and time per variant: a + b * c against addcmul, and "
-           "bias + GELU by hand, with F.gelu (and its bias add and GELU apart) and with torch.compile."),
+           "Each kernel and Transformer operation (math attention op by op) at its measured arithmetic intensity, "
+           "in the colour of the roof it is judged against, with a dash at that roof at the clock the kernel ran; "
+           "this GPU's measured roofs, and the datasheet's in thin grey."),
+    Figure("timeline.png", "07", "plot",
+           "Timelines of GELU by hand, eager and compiled, on a small and a large input: the CPU's CUDA calls on "
+           "one lane, the GPU's kernels on the other, each range's GPU busy % in its title, drawn by Nsight Systems "
+           "where installed, else torch.profiler."),
     Figure("cupti-vs-ncu.png", "09", "plot",
            "Nsight Compute's extra time per kernel over the CUPTI backend without the cache flush "
            "(cache_control='none'), in us against the kernel's length on log-log axes, each with its Welch 95 % "

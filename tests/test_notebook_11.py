@@ -44,16 +44,16 @@ from scipy import stats
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import nspy_tutorial as nt
-from nspy_tutorial import clock, evidence, lessons, sections
+from nspy_tutorial import clock, evidence, lessons, sections, timeline
 from nspy_tutorial.clock import ClockState
 from nspy_tutorial.environment import Environment
 from nspy_tutorial.gpu_facts import DeviceFacts
+from nspy_tutorial import lessons as saved
 from nspy_tutorial.lessons import plan_runs, run_to_run_pct, timer_step, welch_shift
 
 STEM = "11_your_kernel"
 TIME = "gpu__time_duration.sum"
 PLAN = ("plan_runs", "timer_step")  # 03's plan, as notebook 11 imports it
-PLACEMENT = ("measured_roofs", "placement")  # 06's roofs and placement, as notebook 11 imports them today
 H200 = DeviceFacts("NVIDIA H200", (9, 0), 132, 60 * 2**20, 141 * 2**30, 1980, 3201, 6144)
 
 
@@ -167,7 +167,7 @@ def environment(tmp_path, backend="cupti") -> Environment:
                        clock=ClockState("free", (345, 360), 1980), workdir=tmp_path)
 
 
-def run_notebook(tmp_path, monkeypatch, yk, nsight, counters=None, torch_module=None):
+def run_notebook(tmp_path, monkeypatch, yk, nsight, counters=None, torch_module=None, **fakes):
     """Every code cell from the helpers on, in one namespace, not strict: the section records by name."""
     monkeypatch.setenv("NSPY_TUTORIAL_STRICT", "0")
     monkeypatch.delenv("NSPY_TUTORIAL_RESULTS", raising=False)
@@ -180,7 +180,11 @@ def run_notebook(tmp_path, monkeypatch, yk, nsight, counters=None, torch_module=
                      hk=HARNESS, np=np, pd=pd, stats=stats, re=re, json=json, shutil=shutil, time=time, textwrap=textwrap,
                      Counter=Counter, Path=Path, importlib=importlib, clock=clock, evidence=evidence, ncu_cli=fake_cli,
                      run_to_run_pct=run_to_run_pct, welch_shift=welch_shift,
-                     plan_runs=plan_runs, timer_step=timer_step)
+                     plan_runs=plan_runs, timer_step=timer_step, per_range=saved.per_range,
+                     allowed_seconds=saved.allowed_seconds, side_of_ridge=saved.side_of_ridge,
+                     verdict=saved.verdict, next_step=saved.next_step, timeline=timeline,
+                     backend=SimpleNamespace(find_nsys=lambda: None))
+    namespace.update(fakes)
     for cell in code_cells():
         exec(compile(cell, STEM, "exec"), namespace)
     return {record.section.split(".")[0]: record for record in sections.records()}, namespace
@@ -232,7 +236,10 @@ def counters_table(yk, kernels: list[str], ns: float, dram: float, tensor: float
         ops = {"fadd": 4.0, "fmul": 2.0, "ffma": 3.0}
         def values(t, nbytes, hz, tensor_inst=0.0, per=1.0):
             row = {TIME: t, "dram__bytes.sum": nbytes, "gpc__cycles_elapsed.avg.per_second": hz,
-                   "sm__inst_executed_pipe_tensor.sum": tensor_inst}
+                   "sm__inst_executed_pipe_tensor.sum": tensor_inst,
+                   "dram__cycles_elapsed.avg.per_second": 3.197e9,  # as the H200 probe read it
+                   "sm__warps_active.avg.pct_of_peak_sustained_active": 85.0}
+            row.update({m: 180.0 if "long_scoreboard" in m else 2.0 for m in metrics if "issue_stalled" in m})
             row.update({m: ops.get(m.split("_op_")[1].split("_")[0], 0.0) * 61440 * 4096 * per
                         for m in metrics if "_op_" in m})
             return np.array([row[m] for m in metrics])
@@ -465,12 +472,12 @@ def test_flushed_by_hand_is_a_real_difference_only_beyond_the_band_on_04s_record
     for n, expected in ((3932160, "a real difference"), (125829120, "not distinguishable")):
         warm = cut[(n, False)]
         band = run_to_run_pct(*((h.mean(), h.std(ddof=1), len(h)) for h in (warm[:10], warm[10:])))
-        words, reading = ns["verdict"](as_batch[(n, False)], as_batch[(n, True)], band)
+        words, reading = ns["shift_verdict"](as_batch[(n, False)], as_batch[(n, True)], band)
         assert reading.startswith(expected), (n, words, reading)
 
 
 def test_a_difference_within_the_band_is_not_distinguishable_and_none_is_judged_without_a_band():
-    verdict = helpers()["verdict"]
+    verdict = helpers()["shift_verdict"]
     assert verdict((100.0, 1.0, 20), (103.0, 1.0, 20), 1.0)[1] == "a real difference (band 1.00 %)"
     assert verdict((100.0, 1.0, 20), (101.5, 1.0, 20), 1.0)[1] == "not distinguishable (band 1.00 %)"
     words, reading = verdict((100.0, 1.0, 20), (103.0, 1.0, 20), None)
@@ -513,11 +520,8 @@ def test_section_4_reads_flops_bytes_and_the_clock_from_the_counters_on_a_synthe
     assert f"{12 * n:.3g} FLOPs (the instruction counters)" in out  # 4 FADD + 2 FMUL + 2 x 3 FFMA per element
     assert f"{dram / (8 * n):.1f}x the bytes your count needs" in out
     assert "at 1,980 MHz" in out  # nine kernels at 1,980 MHz: the clock is weighted, not added
-    if not all(hasattr(lessons, name) for name in PLACEMENT):
-        assert records["4"].status == "FAILED" and "ImportError" in records["4"].reason
-        pytest.skip(f"06's placement ({', '.join(PLACEMENT)}) is not in nspy_tutorial.lessons yet: section 4 "
-                    "prints its counters and stops before the verdict (the notebook imports it, marked LEAD)")
-    assert records["4"].status == "OK"
+    assert records["4"].status == "OK", records["4"].reason
+    assert "memory-bound" in records["4"].result and "next: cut bytes" in records["4"].result  # 06's verdict
 
 
 def test_a_function_on_tensor_cores_without_a_flop_count_skips_section_4_saying_to_write_one(tmp_path, monkeypatch):
@@ -528,12 +532,29 @@ def test_a_function_on_tensor_cores_without_a_flop_count_skips_section_4_saying_
     assert records["4"].status == "SKIPPED" and "write flop_count in your cell" in records["4"].remedy
 
 
-def test_section_5_is_skipped_naming_the_timeline_module_until_it_lands(tmp_path, monkeypatch):
-    if importlib.util.find_spec("nspy_tutorial.timeline") is not None:
-        pytest.skip("nspy_tutorial.timeline has landed: section 5's names are the lead's to reconcile (LEAD)")
+def synthetic_timeline(calls: int = 10) -> timeline.Timeline:
+    """SYNTHETIC: ten ranges "call" of 50 us, each a 5 us launch and a 20 us kernel (in ns)."""
+    starts = [i * 100_000.0 for i in range(calls)]
+    frame = lambda rows, columns: pd.DataFrame(rows, columns=columns)  # noqa: E731
+    return timeline.Timeline(
+        "torch.profiler (Kineto)", "loop-timeline.json",
+        kernels=frame([("k", s + 20_000, s + 40_000, i) for i, s in enumerate(starts)], timeline.COLUMNS["kernels"]),
+        calls=frame([("cudaLaunchKernel", s + 5_000, s + 10_000, i) for i, s in enumerate(starts)],
+                    timeline.COLUMNS["calls"]),
+        ranges=frame([("call", s, s + 50_000) for s in starts], timeline.COLUMNS["ranges"]), gpu={})
+
+
+def test_section_5_reads_gpu_busy_per_call_from_the_timeline_and_names_the_tool(tmp_path, monkeypatch):
     yk, nsight = scenario(one_kernel, "run1")
-    records, _ = run_notebook(tmp_path, monkeypatch, yk, nsight)
-    assert records["5"].status == "SKIPPED" and "nspy_tutorial.timeline" in records["5"].reason
+    captured = []
+    fake = SimpleNamespace(capture=lambda script, function, configs, nsys: captured.append((script, function,
+                           configs, nsys)) or synthetic_timeline(), captures=lambda folder: [])
+    records, ns = run_notebook(tmp_path, monkeypatch, yk, nsight, timeline=fake,
+                               backend=SimpleNamespace(find_nsys=lambda: None))
+    assert captured == [("run_your_kernel.py", "loop", [(list(yk.SIZES)[-1], 10)], None)]
+    assert records["5"].status == "OK", records["5"].reason
+    assert records["5"].result.startswith("torch.profiler: GPU busy 40 % of a call (median); launch-bound")
+    assert ns["BUSY"]["kernels"].tolist() == [1] * 10
 
 
 # --- the reader's cell and the harness -------------------------------------------------------------------

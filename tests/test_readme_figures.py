@@ -70,7 +70,7 @@ def banner_of(section: str) -> str:
 
 NOTEBOOKS = {
     "06_roofline": ["1. This GPU's roofs", "3. Transformer ops on the roofline", "4. The roofline plot"],
-    "07_kernel_fusion": ["1. Unfused vs fused", "4. Plot: bytes and time per variant"],
+    "07_kernel_fusion": ["1. Unfused vs fused", "5. The timeline plot: where the GPU waits"],
     "09_cupti_vs_ncu": ["3. Side by side", "Plot: durations, difference and cost per tool", "4. Two more clocks"],
 }
 
@@ -128,10 +128,10 @@ def test_the_figures_come_from_the_plot_sections_images_byte_for_byte(tmp_path, 
     run = make_run(tmp_path / "run")
     assert figures.main([str(run), "--docs", str(repo / "docs"), "--readme", str(repo / "README.md")]) == 0
     assert (repo / "docs" / "roofline.png").read_bytes() == png("06_roofline plot")  # the last, not the decoy
-    assert (repo / "docs" / "fusion.png").read_bytes() == png("07_kernel_fusion plot")
+    assert (repo / "docs" / "timeline.png").read_bytes() == png("07_kernel_fusion plot")
     assert (repo / "docs" / "cupti-vs-ncu.png").read_bytes() == png("09_cupti_vs_ncu plot")  # by its banner
     assert sorted(p.name for p in (repo / "docs").iterdir()) == [
-        "cupti-vs-ncu.png", "fusion.png", "results-table.md", "roofline.png"]
+        "cupti-vs-ncu.png", "results-table.md", "roofline.png", "timeline.png"]
 
 
 def test_the_card_is_the_runners_own_table(tmp_path, repo):
@@ -156,7 +156,7 @@ def test_the_readme_part_is_regenerated_between_its_markers_with_captions_from_t
     versions = figures.banner_value(h200_banner("x"), "nsight")  # as installed here: nsight-python ..., cupti-python ...
     machine = f"NVIDIA H200 with the CUPTI backend and the ncu 2025.3.1.0 command line ({versions}), 2026-05-03"
     assert "![06_roofline · 4. The roofline plot](docs/roofline.png)" in part
-    assert "![07_kernel_fusion · 4. Plot: bytes and time per variant](docs/fusion.png)" in part
+    assert "![07_kernel_fusion · 5. The timeline plot: where the GPU waits](docs/timeline.png)" in part
     assert "![09_cupti_vs_ncu · Plot: durations, difference and cost per tool](docs/cupti-vs-ncu.png)" in part
     assert part.count(machine) == 4  # the headline's sentence and each caption
     assert "**3 sections" not in part and f"**{json.loads((run / 'results.json').read_text())['headline']}**" in part
@@ -169,8 +169,8 @@ def test_a_missing_figure_names_the_sections_it_looked_at_and_writes_nothing(tmp
     run = make_run(tmp_path / "run", drop_image="07_kernel_fusion")
     assert figures.main([str(run), "--docs", str(repo / "docs"), "--readme", str(repo / "README.md")]) == 1
     error = capsys.readouterr().err
-    assert "fusion.png: no image in a section of 07_kernel_fusion named with 'plot'" in error
-    assert "'4. Plot: bytes and time per variant' (0 images)" in error
+    assert "timeline.png: no image in a section of 07_kernel_fusion named with 'plot'" in error
+    assert "'5. The timeline plot: where the GPU waits' (0 images)" in error
     assert not (repo / "docs").exists()
     assert (repo / "README.md").read_text(encoding="utf-8") == README
 

@@ -194,7 +194,17 @@ import your_kernel as yk
 from scipy import stats
 
 from nspy_tutorial import backend, clock, evidence, ncu_cli, timeline
-from nspy_tutorial.lessons import per_range, plan_runs, run_to_run_pct, timer_step, welch_shift
+from nspy_tutorial.lessons import (
+    allowed_seconds,
+    next_step,
+    per_range,
+    plan_runs,
+    run_to_run_pct,
+    side_of_ridge,
+    timer_step,
+    verdict,
+    welch_shift,
+)
 
 yk = importlib.reload(yk)  # after an edit of your cell, its new version
 hk = importlib.reload(hk)
@@ -211,7 +221,13 @@ OPS = {
     for p in "fhd"
     for op in ("add", "mul", "fma")
 }
-METRICS = [TIME, DRAM, CLOCK, TENSOR, *OPS]
+# 06's counters for its verdict and next step: DRAM's clock, achieved occupancy, why warps stalled
+DRAM_CLOCK = "dram__cycles_elapsed.avg.per_second"
+OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
+STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+REASONS = ["long_scoreboard", "wait", "barrier", "math_pipe_throttle", "lg_throttle", "drain"]
+RATES = [CLOCK, DRAM_CLOCK, OCCUPANCY, *(STALL.format(r) for r in REASONS)]
+METRICS = [TIME, DRAM, TENSOR, *OPS, *RATES]
 # pilot runs, the +/- % section 2 plans for, the most runs it takes, the calls section 5 draws
 PILOT, TARGET, MAX_RUNS, CALLS = 20, 1.0, 200, 10
 JUDGED = list(yk.SIZES)[-1]  # sections 2-5 judge the last size
@@ -231,9 +247,9 @@ def add(x, y):
 
 
 def combine(x, y):
-    """combine_kernel_metrics for METRICS: times, bytes, counts add up; the clock is weighted by time."""
+    """combine_kernel_metrics for METRICS: times, bytes, counts add up; rates are weighted by time."""
     weighted = (x * x[0] + y * y[0]) / (x[0] + y[0])
-    return np.where(np.array(METRICS) == CLOCK, weighted, x + y)
+    return np.where(np.isin(METRICS, RATES), weighted, x + y)
 
 
 # the settings of every profile of sections 1-3: the cache state is set by hand in `measured`
@@ -347,7 +363,7 @@ def batch(row: pd.Series) -> tuple[float, float, int]:
     return float(row.AvgValue), float(row.StdDev), int(row.NumRuns)
 
 
-def verdict(a: tuple, b: tuple, band: float | None) -> tuple[str, str]:
+def shift_verdict(a: tuple, b: tuple, band: float | None) -> tuple[str, str]:
     """b against a: the shift and its 95 % interval; real if its near end lies beyond the band."""
     move, half, _ = welch_shift(a, b)
     words = f"{move:+.2f} % [{move - half:+.2f}, {move + half:+.2f}]"
@@ -450,7 +466,7 @@ with nt.section("2. How many runs: 03's plan for 1 %, tried, and a second batch"
     print(f"  robust spread {spread:.2f} %, timer step {step:.0f} ns -> {planned} runs{cap}")
     met = "met" if half <= TARGET else "missed"
     print(f"  tried: {a[0] / 1e3:,.2f} us +/-{half:.2f} % (95 %, Student t): {met} the target")
-    print(f"  the second batch against the first: {verdict(a, b, None)[0]} (95 %, Welch)")
+    print(f"  the second batch against the first: {shift_verdict(a, b, None)[0]} (95 %, Welch)")
     print(f"  run-to-run band: {BAND:.2f} %; no difference within it is called real below")
     s.result = (
         f"{PLANNED} runs for +/-{TARGET:g} % (robust spread {spread:.2f} %); tried: "
@@ -493,7 +509,7 @@ with nt.section("3. Caches and clocks: the setting, the clock, the time at both"
     print(textwrap.fill(RULES["3"] + "; the flush by hand, in run_your_kernel.measured", 118))
     times = CACHES[CACHES.Metric == TIME].set_index("cache")
     warm, flushed = (batch(times.loc[c]) for c in ("warm", "flushed"))
-    words, reading = verdict(warm, flushed, BAND)
+    words, reading = shift_verdict(warm, flushed, BAND)
     print(f"  warm {warm[0] / 1e3:,.2f} us, flushed {flushed[0] / 1e3:,.2f} us: {words}, {reading}")
     print(f"  your setting: {yk.CACHE} -- {WHY[yk.CACHE]}")
     print("  setup's SM clock:", *(ENV.clock.lines() if ENV.clock else ["not read"]), sep="\n    ")
@@ -565,14 +581,22 @@ with nt.section("4. Where it sits on this GPU's roofline, and the next step") as
         "the kernels move at least the bytes your count needs (less one L2 a kernel, still in L2)",
         moved,
     )
-    # LEAD: reconcile with 06's @save names
-    from nspy_tutorial.lessons import measured_roofs, placement
-
     stream, matmul = COUNTERS.loc[hk.STREAM], COUNTERS.loc[hk.MATMUL]
-    roofs = measured_roofs(8 * n_stream, stream[TIME], 2 * m**3, matmul[TIME], matmul[CLOCK])
-    placed = placement(flops, yours[DRAM], yours[TIME], yours[CLOCK], roofs, need)
-    print(f"  {placed}")
-    s.result = f"{placed}; DRAM bytes {moved}"
+    fpc = 2 * m**3 / (matmul[TIME] / 1e9 * matmul[CLOCK])  # the roof matmul: FLOP per SM cycle
+    bpc = 8 * n_stream / (stream[TIME] / 1e9 * stream[DRAM_CLOCK])  # the stream: B per DRAM cycle
+    sm, dram = yours[CLOCK] / 1e6, yours[DRAM_CLOCK] / 1e6
+    pct = 100 * allowed_seconds(flops, yours[DRAM], sm, dram, fpc, bpc) / (yours[TIME] / 1e9)
+    side = side_of_ridge(flops / yours[DRAM], fpc * sm / (bpc * dram))
+    word = verdict(pct, side, BAND or 0.0)
+    stalls = {reason: yours[STALL.format(reason)] for reason in REASONS}
+    top = max(stalls, key=stalls.get)
+    step = next_step(word, side, top, yours[OCCUPANCY])
+    print(
+        f"  roofs at the clocks it ran: {fpc * sm / 1e6:,.1f} TFLOP/s, {bpc * dram / 1e3:,.0f} GB/s"
+    )
+    print(f"  occupancy {yours[OCCUPANCY]:.0f} %, top warp stall: {top}")
+    print(f"  {word}, {pct:.0f} % of its {side} roof; next step: {step}")
+    s.result = f"{word} ({pct:.0f} % of its roof, DRAM bytes {moved}); next: {step}"
 
 # %% [markdown]
 # ## 5. The timeline around it: is the GPU busy?
