@@ -45,10 +45,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import nspy_tutorial as nt
 from nspy_tutorial import clock, evidence, lessons, sections, timeline
+from nspy_tutorial import lessons as saved
 from nspy_tutorial.clock import ClockState
 from nspy_tutorial.environment import Environment
 from nspy_tutorial.gpu_facts import DeviceFacts
-from nspy_tutorial import lessons as saved
 from nspy_tutorial.lessons import plan_runs, run_to_run_pct, timer_step, welch_shift
 
 STEM = "11_your_kernel"

@@ -93,7 +93,8 @@ def used_outside_tests(name: str, package_names: set[str]) -> bool:
     (``nt.name``, ``module.name``, ``from nspy_tutorial... import name``), or named in pyproject."""
     if name.startswith("__") or name.startswith("pytest_") or name in package_names:  # hooks, or used
         return True
-    through_package = re.compile(rf"\.{re.escape(name)}\b|^from nspy_tutorial\S* import .*\b{re.escape(name)}\b", re.M)
+    through_package = re.compile(rf"\.{re.escape(name)}\b|^from nspy_tutorial\S* import (?:\([^)]*|.*)\b{re.escape(name)}\b",
+                                 re.M)  # an import on one line, or in parentheses over several
     outside = [*(ROOT / "notebooks" / "src").glob("*.py"), *(ROOT / "scripts").glob("*.py")]
     return (any(through_package.search(path.read_text(encoding="utf-8")) for path in outside)
             or re.search(rf"\b{re.escape(name)}\b", (ROOT / "pyproject.toml").read_text(encoding="utf-8")) is not None)
