@@ -1,8 +1,17 @@
-"""Every process a notebook starts ends with its cell, or with its kernel: :func:`run` kills the command's whole
-tree whatever ends the wait (exit, timeout, an interrupted cell): every process carrying its :data:`TREE_VAR`, and
-every descendant (ncu's ``TreeLauncherSubreaper`` escapes a process-group kill). A killed kernel runs nothing, so
-the command dies with its parent (``PR_SET_PDEATHSIG``), and a Python child further down exits in :func:`watch_owner`."""
+"""Every process a notebook starts ends with its cell, or with its kernel, and is first given the chance to undo
+what it set: :func:`run` stops the command's whole tree whatever ends the wait (exit, timeout, an interrupted cell):
+every process carrying its :data:`TREE_VAR`, and every descendant (ncu's ``TreeLauncherSubreaper`` escapes a
+process-group kill). :func:`stop` sends them SIGINT, waits up to :data:`GRACE_SECONDS`, then SIGKILLs what is left.
 
+Why SIGINT, measured on the H200 test machine (ncu 2025.3.1, ``--clock-control base``): after SIGINT ncu exits
+within 4 s and the idle SM clock is back; after SIGTERM it is still alive at 5 s; after SIGKILL while it profiles
+the SM clock stays locked (1,500 MHz) for every later process, until the machine is given back. So the grace is
+twice the 4 s, and the command runs in a session of its own: Jupyter kills a kernel (a restart) with SIGKILL to
+the kernel's process group, which must not reach ncu. A killed kernel runs nothing: the command gets SIGINT when
+its parent dies (``PR_SET_PDEATHSIG``), and a Python child further down exits in :func:`watch_owner`. A stop that
+still needed SIGKILL calls :data:`FORCED_STOP_HOOKS` (ncu_cli adds its clock reset)."""
+
+import contextlib
 import ctypes
 import os
 import signal
@@ -11,11 +20,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 TREE_VAR = "NSPY_TUTORIAL_TREE"  # one value per command run: every process of its tree inherits it
 OWNER_VAR = "NSPY_TUTORIAL_OWNER"  # "<pid>:<start time>" of the notebook's process that started it
 PR_SET_PDEATHSIG = 1
+GRACE_SECONDS = 8.0  # after SIGINT, before SIGKILL: ncu needed at most 4 s to restore the clocks
+FORCED_STOP_HOOKS: list[Callable[[list[list[str]]], None]] = []  # called with the command lines SIGKILL ended
 _LIBC = ctypes.CDLL(None, use_errno=True) if os.path.exists("/proc/self/stat") else None
 
 
@@ -35,42 +46,84 @@ def identity(pid: int) -> str | None:
     return None if fields is None else f"{pid}:{fields[19]}"
 
 
-def _tree(tag: str, root: int) -> set[int]:
-    """Live processes that carry ``tag`` in their environment or descend from ``root``."""
+def _processes(marker: bytes | None = None) -> tuple[dict[int, int], set[int]]:
+    """Every live process's parent, and the processes whose environment holds ``marker``."""
     parents, tagged = {}, set()
-    marker = f"{TREE_VAR}={tag}".encode()
     for name in filter(str.isdigit, os.listdir("/proc")):
         if (fields := _stat(name)) is None:
             continue
         parents[int(name)] = int(fields[1])
         try:
             with open(f"/proc/{name}/environ", "rb") as handle:
-                if marker in handle.read().split(b"\0"):
+                if marker and marker in handle.read().split(b"\0"):
                     tagged.add(int(name))
         except OSError:  # another user's process, or gone
             pass
-    found = tagged | ({root} & parents.keys())
+    return parents, tagged
+
+
+def _below(roots: set[int], parents: dict[int, int]) -> set[int]:
+    """The live ``roots`` and all their descendants, this process excepted."""
+    found = roots & parents.keys()
     while more := {pid for pid, parent in parents.items() if parent in found} - found:
         found |= more
     return found - {os.getpid()}
 
 
-def kill_tree(tag: str, root: int) -> None:
-    """SIGKILL every process of the tree until none is left (a process may fork meanwhile)."""
-    for _ in range(100):
-        if not (left := _tree(tag, root)):
-            return
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.01)
+def _tree(tag: str, root: int) -> set[int]:
+    """Live processes that carry ``tag`` in their environment or descend from ``root``."""
+    parents, tagged = _processes(f"{TREE_VAR}={tag}".encode())
+    return _below(tagged | {root}, parents)
+
+
+def _signal(pids: set[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def _command_line(pid: int) -> list[str]:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as handle:
+        return [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
+    return []
+
+
+def stop(find: Callable[[], set[int]], grace: float | None = None) -> list[list[str]]:
+    """SIGINT each process ``find()`` names (also one that appears meanwhile), wait until none is left or ``grace``
+    seconds (default :data:`GRACE_SECONDS`) have passed, then SIGKILL the rest until none is left; the command lines
+    SIGKILL ended (after the hooks saw them). A second Ctrl-C meanwhile is held and raised at the end: it must not
+    cut the grace short."""
+    held, deadline = [], time.monotonic() + (GRACE_SECONDS if grace is None else grace)
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: held.append(True))
+    except ValueError:  # not the main thread, where no KeyboardInterrupt arrives anyway
+        previous = held
+    try:
+        told: set[int] = set()
+        while (left := find()) and time.monotonic() < deadline:
+            _signal(left - told, signal.SIGINT)
+            told |= left
+            time.sleep(0.05)
+        killed: dict[int, list[str]] = {}
+        for _ in range(100):
+            if not (left := find()):
+                break
+            killed.update({pid: _command_line(pid) for pid in left - killed.keys()})
+            _signal(left, signal.SIGKILL)
+            time.sleep(0.01)
+        for hook in FORCED_STOP_HOOKS if killed else ():
+            hook(list(killed.values()))
+    finally:
+        if previous is not held:
+            signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
+    return list(killed.values())
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGINT)
 
 
 def run(cmd: Sequence[str], env: Mapping[str, str], timeout: float, echo: bool = False) -> tuple[int, str]:
@@ -80,14 +133,38 @@ def run(cmd: Sequence[str], env: Mapping[str, str], timeout: float, echo: bool =
     env = {**env, TREE_VAR: tag, OWNER_VAR: identity(os.getpid()) or ""}
     with tempfile.TemporaryFile(mode="w+b") as log:
         process = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                   preexec_fn=_die_with_parent)
+                                   preexec_fn=_die_with_parent, start_new_session=True)
         try:
             code = _wait_echoing(process, log, timeout) if echo else process.wait(timeout=timeout)
         finally:
-            kill_tree(tag, process.pid)
-            process.wait()
+            try:
+                stop(lambda: _tree(tag, process.pid))
+            finally:
+                process.wait()
         log.seek(0)
         return code, log.read().decode(errors="replace")
+
+
+@contextlib.contextmanager
+def stop_children_cleanly() -> Iterator[None]:
+    """Around a call that starts a process and may not end it: nsight-python's Nsight Compute backend starts its
+    attach-mode ncu with ``Popen`` and restores nothing when the call is interrupted. If the block is interrupted
+    or raises, :func:`stop` the processes this process started during it (and their descendants), then re-raise.
+    What it cannot do: if the kernel process itself dies, nothing runs in it, and that ncu is orphaned; how it
+    behaves then is untested (the H200 test machine has no ncu >= 2026.2.1, which that backend needs)."""
+    me = os.getpid()
+    before = {identity(pid) for pid, parent in _processes()[0].items() if parent == me}
+
+    def started() -> set[int]:
+        parents = _processes()[0]
+        return _below({pid for pid, parent in parents.items() if parent == me and identity(pid) not in before},
+                      parents)
+
+    try:
+        yield
+    except BaseException:
+        stop(started)
+        raise
 
 
 def _wait_echoing(process: subprocess.Popen, log, timeout: float) -> int:
