@@ -2,7 +2,7 @@
 (the terminal closed) at any moment prints one line ``interrupted (SIGINT)``, exits 130 (SIGTERM: 143, SIGHUP: 129),
 leaves ``--out`` as it was."""
 
-import os
+import contextlib
 import signal
 import sys
 
@@ -86,11 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signum, signal.SIG_IGN)
         signum = stop.args[0] if stop.args else signal.SIGINT
         kept = f"; {out} left as it was" if out is not None else ""
-        try:
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
             print(f"interrupted ({signal.Signals(signum).name}){kept}", file=sys.stderr, flush=True)
-        except OSError:  # after SIGHUP the terminal may be gone: what is left to write goes nowhere
-            for stream in (sys.stdout, sys.stderr):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
         return 128 + signum
     finally:
         for signum, handler in previous.items():

@@ -1,15 +1,11 @@
-"""Every process a notebook starts ends with its cell, or with its kernel, and is first given the chance to undo
-what it set: :func:`run` stops the command's whole tree whatever ends the wait (exit, timeout, an interrupted cell):
-every process carrying its :data:`TREE_VAR`, and every descendant (ncu's ``TreeLauncherSubreaper`` escapes a
-process-group kill). :func:`stop` sends them SIGINT, waits up to :data:`GRACE_SECONDS`, then SIGKILLs what is left.
-
-Why SIGINT, measured on the H200 test machine (ncu 2025.3.1, ``--clock-control base``): after SIGINT ncu exits
-within 4 s and the idle SM clock is back; after SIGTERM it is still alive at 5 s; after SIGKILL while it profiles
-the SM clock stays locked (1,500 MHz) for every later process, until the machine is given back. So the grace is
-twice the 4 s, and the command runs in a session of its own: Jupyter kills a kernel (a restart) with SIGKILL to
-the kernel's process group, which must not reach ncu. A killed kernel runs nothing: the command gets SIGINT when
-its parent dies (``PR_SET_PDEATHSIG``), and a Python child further down exits in :func:`watch_owner`. A stop that
-still needed SIGKILL calls :data:`FORCED_STOP_HOOKS` (ncu_cli adds its clock reset)."""
+"""Every process a notebook starts ends with its cell, or with its kernel, and may first undo what it set: :func:`run`
+stops (:func:`stop`) the command's whole tree whatever ends the wait (exit, timeout, an interrupted cell): every process
+carrying its :data:`TREE_VAR`, and every descendant (ncu's ``TreeLauncherSubreaper`` escapes a process-group kill).
+Measured on the H200 (ncu 2025.3.1, ``--clock-control base``): after SIGINT ncu exits within 4 s and the idle SM
+clock is back; after SIGTERM it still runs at 5 s; SIGKILL while it profiles leaves the SM clock locked (1,500 MHz)
+until the machine is given back. So: SIGINT, twice those 4 s of grace, then SIGKILL; the command in a session of its
+own (a kernel restart SIGKILLs the kernel's process group); SIGINT when its parent dies (``PR_SET_PDEATHSIG``: a
+killed kernel runs nothing), and a Python child further down exits in :func:`watch_owner`."""
 
 import contextlib
 import ctypes
@@ -46,34 +42,24 @@ def identity(pid: int) -> str | None:
     return None if fields is None else f"{pid}:{fields[19]}"
 
 
-def _processes(marker: bytes | None = None) -> tuple[dict[int, int], set[int]]:
-    """Every live process's parent, and the processes whose environment holds ``marker``."""
+def _tree(tag: str, root: int) -> set[int]:
+    """Live processes that carry ``tag`` in their environment or descend from ``root``."""
     parents, tagged = {}, set()
+    marker = f"{TREE_VAR}={tag}".encode()
     for name in filter(str.isdigit, os.listdir("/proc")):
         if (fields := _stat(name)) is None:
             continue
         parents[int(name)] = int(fields[1])
         try:
             with open(f"/proc/{name}/environ", "rb") as handle:
-                if marker and marker in handle.read().split(b"\0"):
+                if marker in handle.read().split(b"\0"):
                     tagged.add(int(name))
         except OSError:  # another user's process, or gone
             pass
-    return parents, tagged
-
-
-def _below(roots: set[int], parents: dict[int, int]) -> set[int]:
-    """The live ``roots`` and all their descendants, this process excepted."""
-    found = roots & parents.keys()
+    found = tagged | ({root} & parents.keys())
     while more := {pid for pid, parent in parents.items() if parent in found} - found:
         found |= more
     return found - {os.getpid()}
-
-
-def _tree(tag: str, root: int) -> set[int]:
-    """Live processes that carry ``tag`` in their environment or descend from ``root``."""
-    parents, tagged = _processes(f"{TREE_VAR}={tag}".encode())
-    return _below(tagged | {root}, parents)
 
 
 def _signal(pids: set[int], signum: int) -> None:
@@ -84,27 +70,24 @@ def _signal(pids: set[int], signum: int) -> None:
 
 def _command_line(pid: int) -> list[str]:
     with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as handle:
-        return [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
+        return handle.read().decode(errors="replace").split("\0")[:-1]
     return []
 
 
-def stop(find: Callable[[], set[int]], grace: float | None = None) -> list[list[str]]:
-    """SIGINT each process ``find()`` names (also one that appears meanwhile), wait until none is left or ``grace``
-    seconds (default :data:`GRACE_SECONDS`) have passed, then SIGKILL the rest until none is left; the command lines
-    SIGKILL ended (after the hooks saw them). A second Ctrl-C meanwhile is held and raised at the end: it must not
-    cut the grace short."""
-    held, deadline = [], time.monotonic() + (GRACE_SECONDS if grace is None else grace)
+def stop(find: Callable[[], set[int]]) -> list[list[str]]:
+    """SIGINT each process ``find()`` names (also one that appears meanwhile), wait until none is left or
+    :data:`GRACE_SECONDS` have passed, SIGKILL the rest until none is left; the command lines SIGKILL ended, after
+    the hooks saw them. A second Ctrl-C meanwhile must not cut the stop short: it is raised when the stop is done."""
+    held, deadline, told, killed = [], time.monotonic() + GRACE_SECONDS, set(), {}
     try:
-        previous = signal.signal(signal.SIGINT, lambda *_: held.append(True))
+        previous = signal.signal(signal.SIGINT, lambda *_: held.append(1))
     except ValueError:  # not the main thread, where no KeyboardInterrupt arrives anyway
         previous = held
     try:
-        told: set[int] = set()
         while (left := find()) and time.monotonic() < deadline:
             _signal(left - told, signal.SIGINT)
             told |= left
             time.sleep(0.05)
-        killed: dict[int, list[str]] = {}
         for _ in range(100):
             if not (left := find()):
                 break
@@ -147,24 +130,20 @@ def run(cmd: Sequence[str], env: Mapping[str, str], timeout: float, echo: bool =
 
 @contextlib.contextmanager
 def stop_children_cleanly() -> Iterator[None]:
-    """Around a call that starts a process and may not end it: nsight-python's Nsight Compute backend starts its
-    attach-mode ncu with ``Popen`` and restores nothing when the call is interrupted. If the block is interrupted
-    or raises, :func:`stop` the processes this process started during it (and their descendants), then re-raise.
-    What it cannot do: if the kernel process itself dies, nothing runs in it, and that ncu is orphaned; how it
-    behaves then is untested (the H200 test machine has no ncu >= 2026.2.1, which that backend needs)."""
-    me = os.getpid()
-    before = {identity(pid) for pid, parent in _processes()[0].items() if parent == me}
-
-    def started() -> set[int]:
-        parents = _processes()[0]
-        return _below({pid for pid, parent in parents.items() if parent == me and identity(pid) not in before},
-                      parents)
-
+    """Around a call that starts a process and may not end it (nsight-python's Nsight Compute backend starts its
+    attach-mode ncu with ``Popen`` and restores nothing when interrupted): processes started during the block carry
+    a tag of its own; if the block is interrupted or raises, :func:`stop` them, then re-raise. What it cannot do: if
+    the kernel process itself dies, nothing runs in it and that ncu is orphaned; how that ncu then behaves is untested
+    (the H200 test machine has no ncu >= 2026.2.1, which that backend needs)."""
+    tag, outer = uuid.uuid4().hex, os.environ.get(TREE_VAR)
+    os.environ[TREE_VAR] = tag
     try:
         yield
     except BaseException:
-        stop(started)
+        stop(lambda: _tree(tag, -1))
         raise
+    finally:
+        os.environ.pop(TREE_VAR) if outer is None else os.environ.update({TREE_VAR: outer})
 
 
 def _wait_echoing(process: subprocess.Popen, log, timeout: float) -> int:

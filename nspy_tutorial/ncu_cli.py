@@ -78,10 +78,8 @@ _HELP: dict[str, str] = {}  # `ncu --help` per ncu path, read once
 
 
 def has_clock_reset(ncu_path: str) -> bool:
-    """Whether this ncu's ``--help`` lists ``--clock-control reset`` (2025.3.1 does; Nsight Compute documents it
-    from 2026.1 as the remedy for clocks a killed ncu left locked): read, never assumed from a version."""
-    if ncu_path not in _HELP:
-        _HELP[ncu_path] = run([ncu_path, "--help"], timeout=60)
+    """Whether this ncu's ``--help`` lists ``--clock-control reset`` (2025.3.1's does): read, never assumed."""
+    _HELP[ncu_path] = _HELP.get(ncu_path) or run([ncu_path, "--help"], timeout=60)
     option = re.search(r"--clock-control\b.*?(?=\n\s*--\w|\Z)", _HELP[ncu_path], re.S)
     return bool(option and re.search(r"^\s*reset\b", option[0], re.M))
 
@@ -95,8 +93,8 @@ def reset_clocks(ncu_path: str) -> str:
 
 
 def after_forced_stop(killed: list[list[str]]) -> None:
-    """:data:`lifetime.FORCED_STOP_HOOKS`: an ncu that had to be SIGKILLed may have left the GPU clocks locked, so
-    reset them where that ncu can, in one line saying what came of it, or say that it cannot and what clears a lock."""
+    """In :data:`lifetime.FORCED_STOP_HOOKS`: an ncu that had to be SIGKILLed may have left the clocks locked;
+    reset them where that ncu can, and say in one line what came of it, or that it cannot and what clears a lock."""
     for ncu in {shutil.which(arg) or arg for line in killed if not {"reset", "--help"} & {*line} for arg in line[:2]
                 if os.path.basename(arg) == "ncu"}:
         said = f"ncu was still running {lifetime.GRACE_SECONDS:g} s after SIGINT and was killed (clocks may be locked)"

@@ -105,7 +105,7 @@ def earlier_card(out: Path) -> dict | None:
         return earlier if [e["notebook"] for e in earlier["notebooks"]] and earlier["started_at"] else None
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, LookupError, TypeError) as error:
         raise RunnerError(f"--out {out}: its results.json is not a card this command wrote ({type(error).__name__}: "
                           f"{error}), so --only cannot keep the other notebooks' results: pass another --out") from None
 
