@@ -95,10 +95,8 @@ def merge_cards(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any
     kept = [e for e in earlier["notebooks"] if e["notebook"] not in redone]
     if not kept:
         return later
-    number = {e["notebook"]: int(e["notebook"].split("_")[0]) if e["notebook"].split("_")[0].isdigit() else -1
-              for e in kept + later["notebooks"]}
-    merged = build_card(sorted(kept + later["notebooks"], key=lambda e: (number[e["notebook"]], e["notebook"])),
-                        later["started_at"], later["finished_at"])
+    entries = sorted(kept + later["notebooks"], key=lambda e: (int(e["notebook"].split("_")[0]), e["notebook"]))
+    merged = build_card(entries, later["started_at"], later["finished_at"])  # (names are NN_*: runner.find_notebooks)
     merged["headline"] += (f"; this run redid {', '.join(redone)}, {plural(len(kept), 'notebook')} kept from the run "
                            f"of {earlier['started_at']}")
     return {**merged, "redone": redone, "kept_from": earlier["started_at"]}

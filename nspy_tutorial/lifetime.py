@@ -74,10 +74,10 @@ def _command_line(pid: int) -> list[str]:
     return []
 
 
-def stop(find: Callable[[], set[int]]) -> list[list[str]]:
+def stop(find: Callable[[], set[int]]) -> None:
     """SIGINT each process ``find()`` names (also one that appears meanwhile), wait until none is left or
-    :data:`GRACE_SECONDS` have passed, SIGKILL the rest until none is left; the command lines SIGKILL ended, after
-    the hooks saw them. A second Ctrl-C meanwhile must not cut the stop short: it is raised when the stop is done."""
+    :data:`GRACE_SECONDS` have passed, SIGKILL the rest until none is left, and give the hooks the command lines
+    SIGKILL ended. A second Ctrl-C meanwhile must not cut the stop short: it is raised when the stop is done."""
     held, deadline, told, killed = [], time.monotonic() + GRACE_SECONDS, set(), {}
     try:
         previous = signal.signal(signal.SIGINT, lambda *_: held.append(1))
@@ -101,7 +101,6 @@ def stop(find: Callable[[], set[int]]) -> list[list[str]]:
             signal.signal(signal.SIGINT, previous)
     if held:
         raise KeyboardInterrupt
-    return list(killed.values())
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
