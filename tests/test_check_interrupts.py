@@ -254,7 +254,7 @@ def test_a_whole_run_against_fakes_interrupts_each_case_and_finds_the_clock_back
     assert sorted(cases) == ["A", "B", "C", "D"]
     for name in "ABD":  # a clock-locking ncu: interrupted while the clock read 1,500, back at idle soon after
         assert cases[name]["stop"] == "clean" and cases[name]["mhz_at_interrupt"] == 1500, cases[name]
-        assert cases[name]["ncu_gone_after_s"] < 3 and cases[name]["clock_back_after_s"] < 3, cases[name]
+        assert cases[name]["ncu_gone_after_s"] < 6 and cases[name]["clock_back_after_s"] < 6, cases[name]  # grace: 8
     assert cases["C"]["stop"] == "clean" and cases["C"]["peak_mhz"] == 345 and "interrupted" in cases["C"]["note"]
     assert cases["A"]["note"] == "CellExecutionError: KeyboardInterrupt:" and "DeadKernelError" in cases["D"]["note"]
     assert summary["strict_04"] == {"error": None, "sections": [{"section": "1. fake", "status": "OK",
