@@ -88,6 +88,20 @@ def build_card(entries: list[dict[str, Any]], started_at: str, finished_at: str)
             "notebooks": entries}
 
 
+def merge_cards(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """A run of some notebooks (``later``) over an earlier card: the notebooks it redid replace their rows, the
+    others' stay, in notebook order; the headline counts them all and names what this run redid."""
+    redone = [e["notebook"] for e in later["notebooks"]]
+    kept = [e for e in earlier["notebooks"] if e["notebook"] not in redone]
+    if not kept:
+        return later
+    entries = sorted(kept + later["notebooks"], key=lambda e: (int(e["notebook"].split("_")[0]), e["notebook"]))
+    merged = build_card(entries, later["started_at"], later["finished_at"])  # (names are NN_*: runner.find_notebooks)
+    merged["headline"] += (f"; this run redid {', '.join(redone)}, {plural(len(kept), 'notebook')} kept from the run "
+                           f"of {earlier['started_at']}")
+    return {**merged, "redone": redone, "kept_from": earlier["started_at"]}
+
+
 def cell_text(value: str | None) -> str:
     """Text for one Markdown table cell: the whole first line, pipes escaped."""
     return first_line(value or "", limit=sys.maxsize).replace("|", "\\|")

@@ -1,6 +1,8 @@
-"""The ``nspy-tutorial`` command line; :func:`main` installs the signal handling first: Ctrl-C or SIGTERM at
-any moment prints one line ``interrupted (SIGINT)``, exits 130 (SIGTERM: 143), leaves ``--out`` as it was."""
+"""The ``nspy-tutorial`` command line; :func:`main` installs the signal handling first: Ctrl-C, SIGTERM or SIGHUP
+(the terminal closed) at any moment prints one line ``interrupted (SIGINT)``, exits 130 (SIGTERM: 143, SIGHUP: 129),
+leaves ``--out`` as it was."""
 
+import contextlib
 import signal
 import sys
 
@@ -9,6 +11,7 @@ exit codes:
   0    every notebook ran without a FAILED section (SKIPPED sections are fine)
   1    a notebook FAILED (a FAILED section, a cell error or --timeout, unreadable); the others keep their results
   2    usage error: a bad option or folder, or an NSPY_TUTORIAL_* value it does not accept
+  129  SIGHUP (the terminal closed): the running kernel is stopped, --out is left as it was
   130  Ctrl-C (SIGINT): the running kernel is stopped, --out is left as it was
   143  SIGTERM: the same
 
@@ -22,8 +25,11 @@ environment variables (README.md says more):
   NSPY_TUTORIAL_WORKDIR=DIR       every notebook writes only under DIR/<notebook> (default ./nspy_work/<notebook>)"""
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def _raise_interrupted(signum: int, frame: object) -> None:
-    """SIGINT or SIGTERM: stop as after Ctrl-C, with the signal's number as the KeyboardInterrupt's argument."""
+    """SIGINT, SIGTERM or SIGHUP: stop as after Ctrl-C, with the signal's number as the KeyboardInterrupt's argument."""
     raise KeyboardInterrupt(signum)
 
 
@@ -52,14 +58,17 @@ def build_parser():  # -> argparse.ArgumentParser (imported here: the signal han
         help="folder holding NN_*.ipynb (default: notebooks/ of the clone the package is installed from, editable)")
     add("--out", type=Path, default=Path("results"),
         help="output folder; its card and notebooks/ are replaced when the run is complete (default: results)")
-    add("--only", nargs="+", metavar="NN", help="run only these notebook numbers, e.g. --only 02 05")
+    add("--only", nargs="+", metavar="NN",
+        help="run only these notebook numbers, e.g. --only 02 05; into an --out that holds an earlier card, the "
+             "other notebooks' executed copies and rows are kept (the card counts them all and names the ones this "
+             "run redid; the exit code is this run's)")
     add("--timeout", type=positive_seconds, default=1800, help="seconds allowed per cell (default: 1800)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nspy-tutorial`` console script; returns the exit code."""
-    previous = {signum: signal.signal(signum, _raise_interrupted) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {signum: signal.signal(signum, _raise_interrupted) for signum in STOP_SIGNALS}
     out = None
     try:
         args = build_parser().parse_args(argv)
@@ -77,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signum, signal.SIG_IGN)
         signum = stop.args[0] if stop.args else signal.SIGINT
         kept = f"; {out} left as it was" if out is not None else ""
-        print(f"interrupted ({signal.Signals(signum).name}){kept}", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print(f"interrupted ({signal.Signals(signum).name}){kept}", file=sys.stderr, flush=True)
         return 128 + signum
     finally:
         for signum, handler in previous.items():

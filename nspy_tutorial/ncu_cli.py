@@ -9,7 +9,9 @@ gets the very table the backend returns."""
 import importlib.metadata
 import json
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -18,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from nspy_tutorial import lifetime
-from nspy_tutorial.sections import COUNTERS_CODE, COUNTERS_REMEDY
+from nspy_tutorial.sections import COUNTERS_CODE, COUNTERS_REMEDY, first_line
 
 # Set by nsight-python's Nsight Compute or CUPTI activation in this process; a child must not inherit them.
 INJECTION_VARIABLES = ("NVTX_INJECTION64_PATH", "NV_COMPUTE_PROFILER_PERFWORKS_DIR", "NV_COMPUTE_PROFILER_IN_PROCESS")
@@ -70,6 +72,39 @@ def run(cmd: Sequence[str], timeout: float = 600, env: Mapping[str, str] | None 
     if code != 0:
         raise error(f"{name} exited {code}:\n" + "\n".join(output.strip().splitlines()[-8:]))
     return output
+
+
+_HELP: dict[str, str] = {}  # `ncu --help` per ncu path, read once
+
+
+def has_clock_reset(ncu_path: str) -> bool:
+    """Whether this ncu's ``--help`` lists ``--clock-control reset`` (2025.3.1's does): read, never assumed."""
+    _HELP[ncu_path] = _HELP.get(ncu_path) or run([ncu_path, "--help"], timeout=60)
+    option = re.search(r"--clock-control\b.*?(?=\n\s*--\w|\Z)", _HELP[ncu_path], re.S)
+    return bool(option and re.search(r"^\s*reset\b", option[0], re.M))
+
+
+def reset_clocks(ncu_path: str) -> str:
+    """Run ``ncu --clock-control reset`` in the foreground (at most 120 s); what it printed, else NcuCliError."""
+    if not has_clock_reset(ncu_path):
+        raise NcuCliError(f"{ncu_path} has no --clock-control reset (its --help does not list it): a new machine "
+                          "(on Colab a new runtime) clears clocks a killed ncu left locked")
+    return run([ncu_path, "--clock-control", "reset"], timeout=120).strip() or "it printed nothing"
+
+
+def after_forced_stop(killed: list[list[str]]) -> None:
+    """In :data:`lifetime.FORCED_STOP_HOOKS`: an ncu that had to be SIGKILLed may have left the clocks locked;
+    reset them where that ncu can, and say in one line what came of it, or that it cannot and what clears a lock."""
+    for ncu in {shutil.which(arg) or arg for line in killed if not {"reset", "--help"} & {*line} for arg in line[:2]
+                if os.path.basename(arg) == "ncu"}:
+        said = f"ncu was still running {lifetime.GRACE_SECONDS:g} s after SIGINT and was killed (clocks may be locked)"
+        try:
+            print(f"{said}; `{ncu} --clock-control reset`: {first_line(reset_clocks(ncu))}", flush=True)
+        except (NcuCliError, OSError) as error:
+            print(f"{said}; {' '.join(str(error).split())[:300]}", flush=True)
+
+
+lifetime.FORCED_STOP_HOOKS.append(after_forced_stop)
 
 
 # ncu prints each value in a scaled unit of its choosing ("usecond", "Gbyte/s", "cycle/nsecond", "Mhz", "%").

@@ -49,10 +49,11 @@ def first_error(output: str) -> str:
 
 
 def command(candidate: str, tool: str) -> list[str]:
-    """The child's command; ``tool`` is the ncu (``ncu``, ``ncu-cli``) or the libcupti (``cupti``)."""
+    """The child's command; ``tool`` is the ncu (``ncu``, ``ncu-cli``) or the libcupti (``cupti``). The ncu-cli
+    probe needs no clock lock, and an ncu killed while it holds one can leave it (lifetime): ``--clock-control none``."""
     if candidate == "ncu-cli":
-        return [tool, "--metrics", "gpu__time_duration.sum", "--launch-skip", "1", "--launch-count", "1", "--csv",
-                *CHILD, "kernel"]
+        return [tool, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--launch-skip", "1",
+                "--launch-count", "1", "--csv", *CHILD, "kernel"]
     return [*CHILD, candidate, tool]
 
 

@@ -1,6 +1,7 @@
 """``nspy-tutorial run``: one ``pytest --nbmake`` process over copies of the notebooks, with the card plug-in
 (:mod:`card`). All lands in a hidden folder inside ``--out``; a complete run then replaces ``results.json``,
-``results.md`` and ``notebooks/`` there (``--out`` itself stays: a mount point works). Ctrl-C or SIGTERM
+``results.md`` and ``notebooks/`` there (``--out`` itself stays: a mount point works); a run of ``--only`` some
+notebooks keeps the others' rows and executed copies (:func:`card.merge_cards`). Ctrl-C, SIGTERM or SIGHUP
 stops pytest, which stops the kernel; ``--out`` is left as it was."""
 
 import json
@@ -13,6 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from nspy_tutorial import card
 from nspy_tutorial.bootstrap import backend_choice
 from nspy_tutorial.sections import WORKDIR_VAR, check_settings
 
@@ -49,6 +51,8 @@ def find_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[P
 
 def prepare_out(out: Path) -> Path:
     """Make ``out`` (missing, or a previous results folder) and in it the hidden folder the run writes into."""
+    if out.exists() and not out.is_dir():
+        raise RunnerError(f"--out {out} is a file, not a folder: pass --out a folder (missing, or a results folder)")
     others = [p for p in out.iterdir() if not p.name.startswith(PARTIAL)] if out.is_dir() else []
     if others and not (out / "results.json").exists():  # (a killed run's hidden folder does not count)
         raise RunnerError(f"--out {out} exists and does not look like a results folder (no results.json); "
@@ -83,7 +87,7 @@ def run_pytest(notebooks: list[Path], staging: Path, scratch: Path, timeout: int
                 print(line, end="", flush=True)
         return process.wait()
     except KeyboardInterrupt:
-        for signum in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C changes nothing now
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second Ctrl-C changes nothing now
             signal.signal(signum, signal.SIG_IGN)
         process.send_signal(signal.SIGINT)
         try:
@@ -94,8 +98,20 @@ def run_pytest(notebooks: list[Path], staging: Path, scratch: Path, timeout: int
         raise
 
 
+def earlier_card(out: Path) -> dict | None:
+    """The card an earlier run left in ``out`` (None if none), which a run of ``--only`` some notebooks merges into."""
+    try:
+        earlier = json.loads((out / "results.json").read_text(encoding="utf-8"))
+        return earlier if [e["notebook"] for e in earlier["notebooks"]] and earlier["started_at"] else None
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, LookupError, TypeError) as error:
+        raise RunnerError(f"--out {out}: its results.json is not a card this command wrote ({type(error).__name__}: "
+                          f"{error}), so --only cannot keep the other notebooks' results: pass another --out") from None
+
+
 def run(notebooks_dir: Path | None, out: Path, only: list[str] | None, timeout: int) -> int:
-    """Run the notebooks (default: the clone's), publish the card in ``out``; return the exit code."""
+    """Run the notebooks (default: the clone's), publish the card in ``out``; return the exit code (this run's)."""
     check_settings()
     backend_choice()
     notebooks = find_notebooks(notebooks_dir or CLONE_NOTEBOOKS, only)
@@ -104,6 +120,7 @@ def run(notebooks_dir: Path | None, out: Path, only: list[str] | None, timeout: 
     staging, published = None, False
     try:
         staging = prepare_out(out)
+        earlier = earlier_card(out) if only else None
         with tempfile.TemporaryDirectory(prefix="nspy-run-") as scratch:
             code = run_pytest(notebooks, staging, Path(scratch), timeout)
             if not (staging / "results.json").exists():
@@ -111,6 +128,14 @@ def run(notebooks_dir: Path | None, out: Path, only: list[str] | None, timeout: 
                 print(f"nspy-tutorial: pytest wrote no results card (exit {code}); {out} left as it was. "
                       f"Its output:\n{log}", file=sys.stderr)
                 return EXIT_FAILED
+        ran = json.loads((staging / "results.json").read_text(encoding="utf-8"))
+        if earlier is not None:
+            merged = card.merge_cards(earlier, ran)
+            for name in {e["notebook"] for e in merged["notebooks"]} - {e["notebook"] for e in ran["notebooks"]}:
+                if (out / "notebooks" / f"{name}.ipynb").exists():  # an executed copy this run did not redo
+                    shutil.copy2(out / "notebooks" / f"{name}.ipynb", staging / "notebooks")
+            (staging / "results.json").write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
+            (staging / "results.md").write_text(card.card_markdown(merged), encoding="utf-8")
         for name in ("results.json", "results.md", "notebooks"):  # replaced inside out, which may be a mount point
             if (out / name).is_dir():
                 shutil.rmtree(out / name)
@@ -121,7 +146,6 @@ def run(notebooks_dir: Path | None, out: Path, only: list[str] | None, timeout: 
             shutil.rmtree(staging, ignore_errors=True)
         if missing and not published:
             shutil.rmtree(missing[-1], ignore_errors=True)
-    card = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    print(card["headline"])
+    print(json.loads((out / "results.json").read_text(encoding="utf-8"))["headline"])
     print(f"Results card: {out / 'results.md'} (data: {out / 'results.json'})")
-    return EXIT_OK if card["totals"]["notebooks_failed"] == 0 else EXIT_FAILED
+    return EXIT_OK if ran["totals"]["notebooks_failed"] == 0 else EXIT_FAILED

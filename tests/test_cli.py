@@ -60,9 +60,9 @@ def test_the_console_script_starts_in_the_module_that_installs_the_handlers_firs
 
 
 @pytest.mark.skipif(not hasattr(os, "killpg"), reason="signals a process group")
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_a_signal_during_start_up_is_one_line_and_the_exit_code(tmp_path, signum, code):
-    """The signal arrives as soon as the command's handlers are in place (SIGTERM caught, as /proc says),
+    """The signal arrives as soon as the command's handlers are in place (SIGHUP caught, as /proc says),
     long before its pytest could have started: the start-up, whatever the machine's load."""
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
@@ -76,7 +76,7 @@ def test_a_signal_during_start_up_is_one_line_and_the_exit_code(tmp_path, signum
         start_new_session=True, preexec_fn=default_signals,
     )
     deadline = time.monotonic() + 30
-    while not caught(process.pid, signal.SIGTERM) and time.monotonic() < deadline:
+    while not caught(process.pid, cli.STOP_SIGNALS[-1]) and time.monotonic() < deadline:  # the last installed
         time.sleep(0.005)
     os.killpg(process.pid, signum)  # what Ctrl-C does: the whole foreground process group
     output, _ = process.communicate(timeout=60)
@@ -105,8 +105,8 @@ def test_run_help_lists_every_exit_code(capsys):
     text = run_help(capsys)
     codes = text.split("exit codes:", 1)[1].split("\n\n", 1)[0]
     listed = [int(line.split()[0]) for line in codes.splitlines() if line.strip() and line.split()[0].isdigit()]
-    assert listed == [0, 1, 2, 130, 143]
-    assert "SIGINT" in codes and "SIGTERM" in codes and "FAILED" in codes and "usage" in codes
+    assert listed == [0, 1, 2, 129, 130, 143]
+    assert "SIGINT" in codes and "SIGTERM" in codes and "SIGHUP" in codes and "FAILED" in codes and "usage" in codes
 
 
 def test_run_help_lists_every_variable_and_every_need_from_the_code(capsys):

@@ -131,3 +131,24 @@ def test_a_hang_is_not_kept(fakes, monkeypatch):
     probe.try_candidate("cupti", "/lib/libcupti.so.13", "T4|580.82", timeout=1)
     monkeypatch.setenv("FAKE_CUPTI", "ok")
     assert probe.try_candidate("cupti", "/lib/libcupti.so.13", "T4|580.82").ok
+
+
+def test_the_ncu_cli_probe_asks_ncu_for_no_clock_lock():
+    """A probe that hangs is stopped; an ncu stopped while it holds a clock lock can leave it (lifetime)."""
+    cmd = probe.command("ncu-cli", "/usr/local/cuda/bin/ncu")
+    assert cmd[0] == "/usr/local/cuda/bin/ncu" and cmd[cmd.index("--clock-control") + 1] == "none"
+    assert cmd.index("--clock-control") < cmd.index(probe.CHILD[0]), "an ncu option, not the child's"
+
+
+def test_a_hung_probe_is_asked_to_stop_with_sigint_before_it_is_killed(fakes, monkeypatch):
+    monkeypatch.setenv("FAKE_CUPTI", "hang")
+    monkeypatch.setattr(probe, "CHILD", [sys.executable, "-c", textwrap.dedent(f"""\
+        import signal, sys, time
+        def stop(*_):
+            open({str(fakes / "stopped")!r}, "w").write("SIGINT")
+            sys.exit(1)
+        signal.signal(signal.SIGINT, stop)
+        time.sleep(600)
+    """)])
+    assert not probe.try_candidate("cupti", "/lib/libcupti.so.13", "T4|580.82", timeout=2).ok
+    assert (fakes / "stopped").read_text() == "SIGINT"

@@ -78,11 +78,11 @@ def package_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
-def run_cli(notebooks_dir: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
-    """``nspy-tutorial run`` as its own process (this checkout's package), output captured."""
+def run_cli(notebooks_dir: Path, out: Path, *extra: str, **popen: object) -> subprocess.Popen[str]:
+    """``nspy-tutorial run`` as its own process (this checkout's package), output captured unless ``popen`` says."""
     command = [sys.executable, "-m", "nspy_tutorial.cli", "run", "--notebooks-dir", str(notebooks_dir)]
-    return subprocess.Popen([*command, "--out", str(out), *extra], env=package_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    popen = {"env": package_env(), "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen}
+    return subprocess.Popen([*command, "--out", str(out), *extra], **popen)
 
 
 def process_gone(pid: int) -> bool:
@@ -506,7 +506,7 @@ time.sleep(120)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_a_signal_during_a_notebook_stops_the_run_its_kernel_and_its_child(notebooks_dir, tmp_path, signum, code):
     """One line, exit 128+signal, previous card kept, nothing left in --out, no kernel or child left."""
     pids = tmp_path / "pids"
@@ -515,7 +515,8 @@ def test_a_signal_during_a_notebook_stops_the_run_its_kernel_and_its_child(noteb
     out = tmp_path / "results"
     out.mkdir()
     (out / "results.json").write_text('{"previous": true}')
-    process = run_cli(notebooks_dir, out)
+    (tmp_path / "tmp").mkdir()
+    process = run_cli(notebooks_dir, out, env={**package_env(), "TMPDIR": str(tmp_path / "tmp")})
     deadline = time.monotonic() + 60
     while not (pids.exists() and pids.read_text().strip()):
         assert time.monotonic() < deadline and process.poll() is None, "the cell never started"
@@ -532,3 +533,155 @@ def test_a_signal_during_a_notebook_stops_the_run_its_kernel_and_its_child(noteb
     assert (out / "results.json").read_text() == '{"previous": true}'
     assert wait_gone(kernel), "the kernel is still running"
     assert wait_gone(child), "a process the kernel started is still running"
+    assert not list((tmp_path / "tmp").glob("nspy-run-*")), "the run's scratch folder is left"
+
+
+@pytest.mark.skipif(not Path("/dev/ptmx").exists(), reason="needs a pseudo-terminal")
+def test_closing_the_terminal_stops_the_run_as_sighup_says_and_leaves_nothing(notebooks_dir, tmp_path):
+    """The run in a terminal of its own (a pty as its controlling terminal); the terminal goes away: exit 129,
+    --out as it was, no scratch folder, no kernel or child left, though the line has nowhere to go."""
+    import fcntl
+    import pty
+    import termios
+
+    pids = tmp_path / "pids"
+    write_notebook(notebooks_dir, "01_sleepy.ipynb", SLEEPY_CELL.format(pids=str(pids)))
+    out, scratch = tmp_path / "results", tmp_path / "tmp"
+    out.mkdir()
+    scratch.mkdir()
+    (out / "results.json").write_text('{"previous": true}')
+    terminal, user_side = pty.openpty()
+
+    def in_the_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    process = run_cli(notebooks_dir, out, env={**package_env(), "TMPDIR": str(scratch)}, stdin=user_side,
+                      stdout=user_side, stderr=user_side, preexec_fn=in_the_terminal)
+    os.close(user_side)
+    deadline = time.monotonic() + 60
+    while not (pids.exists() and pids.read_text().strip()):
+        assert time.monotonic() < deadline and process.poll() is None, "the cell never started"
+        time.sleep(0.1)
+    kernel, child = map(int, pids.read_text().split())
+    os.close(terminal)  # the terminal window closes
+    assert process.wait(timeout=30) == 129
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"]
+    assert (out / "results.json").read_text() == '{"previous": true}'
+    assert wait_gone(kernel) and wait_gone(child), "a kernel or its child is still running"
+    assert not list(scratch.glob("nspy-run-*")), "the run's scratch folder is left"
+
+
+PROFILER_CELL = """\
+import os, sys
+from nspy_tutorial import lifetime
+lifetime.run([sys.executable, {script!r}, {log!r}], dict(os.environ), 120)
+"""
+
+FAKE_PROFILER = """\
+import os, signal, sys, time
+log = open(sys.argv[1], "a", buffering=1)
+def restore(*_):  # what ncu does on SIGINT: restore the clocks (a second or so), then exit
+    log.write("SIGINT\\n")
+    time.sleep(1)
+    log.write("restored\\n")
+    sys.exit(0)
+signal.signal(signal.SIGINT, restore)
+log.write("ready\\n")
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stopped_run_gives_a_profiler_in_its_kernel_sigint_and_time_to_restore(notebooks_dir, tmp_path, signum):
+    """ncu restores the GPU clocks on SIGINT, not on SIGKILL: stopping the run must reach it as SIGINT."""
+    (tmp_path / "ncu.py").write_text(FAKE_PROFILER)
+    log = tmp_path / "log"
+    write_notebook(notebooks_dir, "01_profiles.ipynb", PROFILER_CELL.format(script=str(tmp_path / "ncu.py"),
+                                                                             log=str(log)))
+    process = run_cli(notebooks_dir, tmp_path / "results")
+    deadline = time.monotonic() + 60
+    while not (log.exists() and "ready" in log.read_text()):
+        assert time.monotonic() < deadline and process.poll() is None, "the profiler never started"
+        time.sleep(0.1)
+    process.send_signal(signum)
+    process.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while "restored" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert log.read_text().splitlines() == ["ready", "SIGINT", "restored"]
+
+
+# --------------------------------------------------------------------------
+# A run of some notebooks into a folder that holds a full run (--only)
+# --------------------------------------------------------------------------
+
+
+def full_run(notebooks_dir: Path, out: Path) -> dict:
+    for number, name in enumerate(["alpha", "beta", "gamma"], 1):
+        stem = f"0{number}_{name}"
+        write_notebook(notebooks_dir, f"{stem}.ipynb", record_cell(stem, "1", "OK", result=f"{name} first"),
+                       f"print('{name} first')")
+    assert run_main(notebooks_dir, out) == 0
+    return json.loads((out / "results.json").read_text())
+
+
+def test_only_keeps_the_notebooks_it_did_not_redo_and_says_which_it_redid(notebooks_dir, tmp_path, capsys,
+                                                                          monkeypatch):
+    out = tmp_path / "results"
+    first = full_run(notebooks_dir, out)
+    kept = (out / "notebooks" / "01_alpha.ipynb").read_bytes()
+    monkeypatch.setenv("NSPY_TUTORIAL_STRICT", "0")
+    write_notebook(notebooks_dir, "02_beta.ipynb", record_cell("02_beta", "1", "FAILED", reason="beta again",
+                                                               remedy="-"))
+    capsys.readouterr()
+    assert run_main(notebooks_dir, out, "--only", "02") == 1, "the exit code is this run's"
+    data = json.loads((out / "results.json").read_text())
+    assert [(e["notebook"], e["status"]) for e in data["notebooks"]] == [
+        ("01_alpha", "OK"), ("02_beta", "FAILED"), ("03_gamma", "OK")]
+    assert data["totals"]["sections"] == {"OK": 2, "SKIPPED": 0, "FAILED": 1}
+    assert data["headline"] == (f"2 sections ran OK, 0 skipped, 1 failed; this run redid 02_beta, 2 notebooks kept "
+                                f"from the run of {first['started_at']}")
+    assert data["redone"] == ["02_beta"] and data["kept_from"] == first["started_at"]
+    assert sorted(p.name for p in (out / "notebooks").iterdir()) == ["01_alpha.ipynb", "02_beta.ipynb",
+                                                                     "03_gamma.ipynb"]
+    assert (out / "notebooks" / "01_alpha.ipynb").read_bytes() == kept
+    assert "beta again" in (out / "results.md").read_text() and "gamma first" in (out / "results.md").read_text()
+    assert capsys.readouterr().out.splitlines()[-2] == data["headline"]
+
+
+def test_only_of_every_notebook_on_the_card_is_a_plain_card(notebooks_dir, tmp_path):
+    out = tmp_path / "results"
+    full_run(notebooks_dir, out)
+    assert run_main(notebooks_dir, out, "--only", "1", "2", "3") == 0
+    data = json.loads((out / "results.json").read_text())
+    assert "redone" not in data and "this run redid" not in data["headline"]
+
+
+def test_only_into_a_folder_whose_card_cannot_be_read_is_refused_before_anything_runs(notebooks_dir, tmp_path,
+                                                                                      capsys, monkeypatch):
+    write_notebook(notebooks_dir, "01_a.ipynb", "pass")
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "results.json").write_text('{"previous": true}')
+    monkeypatch.setattr(runner, "run_pytest", lambda *_: pytest.fail("a notebook ran"))
+    assert run_main(notebooks_dir, out, "--only", "01") == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"nspy-tutorial: error: --out {out}: its results.json is not a card this command wrote")
+    assert "pass another --out" in error and sorted(p.name for p in out.iterdir()) == ["results.json"]
+
+
+def test_only_is_explained_in_the_help(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "other notebooks' executed copies and rows are kept" in text and "names the ones this run redid" in text
+
+
+def test_an_out_that_is_a_file_is_said_to_be_a_file(notebooks_dir, tmp_path, capsys):
+    write_notebook(notebooks_dir, "01_a.ipynb", "pass")
+    (tmp_path / "results").write_text("notes")
+    assert run_main(notebooks_dir, tmp_path / "results") == 2
+    assert capsys.readouterr().err == (f"nspy-tutorial: error: --out {tmp_path / 'results'} is a file, not a folder: "
+                                       "pass --out a folder (missing, or a results folder)\n")
+    assert (tmp_path / "results").read_text() == "notes"
