@@ -41,21 +41,14 @@ class ClockState:
 
     @property
     def held_mhz(self) -> int | None:
-        """The SM clock the GPU is held at (the highest idle sample), else None."""
-        return self.idle_mhz[1] if self.state == "held" and self.idle_mhz else None
+        """The SM clock the GPU is held at (the highest idle sample), else None (also where only CUPTI saw it)."""
+        seen = self.idle_mhz and self.max_mhz and self.idle_mhz[0] >= HELD_FRACTION * self.max_mhz
+        return self.idle_mhz[1] if self.state == "held" and seen else None
 
     @property
     def ratio(self) -> float | None:
         """held / maximum: about how far below the datasheet every figure will sit; None unless held."""
         return self.held_mhz / self.max_mhz if self.held_mhz and self.max_mhz else None
-
-    @property
-    def power_capped(self) -> bool:
-        return bool(self.power_w and self.default_power_w and self.power_w < self.default_power_w - 0.5)
-
-    @property
-    def apps_lowered(self) -> bool:
-        return bool(self.app_mhz and self.default_app_mhz and self.app_mhz < self.default_app_mhz)
 
     def lines(self) -> list[str]:
         """The banner's lines: free, or held and what that does to every figure, then what else caps it."""
@@ -64,6 +57,9 @@ class ClockState:
             found = [f"free: at its boost clock, {high:,} MHz, while idle (recent work); it boosts to {self.max_mhz:,}"]
         elif self.state == "free":
             found = [f"free: idles at {low:,}-{high:,} MHz, boosts to {self.max_mhz:,} MHz"]
+        elif self.state == "held" and not self.held_mhz:
+            found = [f"HELD, says CUPTI's clock-control status ({self.cupti}), though the SM clock sampled "
+                     f"{low:,}-{high:,} MHz;", "figures below may sit under the datasheet.", *HELD_REMEDY]
         elif self.state == "held":
             found = [f"HELD at {high:,} MHz even idle ({self.ratio:.0%} of its {self.max_mhz:,} MHz): locked by an "
                      "administrator", "or by a profiler that was killed; figures below sit under the datasheet by "
@@ -74,9 +70,9 @@ class ClockState:
             found = [f"unknown: {self.why}"]
         if self.cupti:
             found.append(f"CUPTI's clock-control status: {self.cupti}")
-        if self.apps_lowered:
+        if self.app_mhz and self.default_app_mhz and self.app_mhz < self.default_app_mhz:  # set by someone
             found.append(f"applications clock set to {self.app_mhz:,} of {self.default_app_mhz:,} MHz")
-        if self.power_capped:
+        if self.power_w and self.default_power_w and self.power_w < self.default_power_w - 0.5:
             found.append(f"power capped at {self.power_w:.0f} W of its default {self.default_power_w:.0f} W")
         return found
 

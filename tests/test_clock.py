@@ -131,7 +131,8 @@ def test_a_lowered_applications_clock_and_a_power_cap_are_named_beside_the_state
 def test_cupti_reporting_a_lock_makes_the_state_held_even_where_the_idle_clock_did_not_show_it(monkeypatch):
     monkeypatch.setattr(clock, "cupti_status", lambda path: "LOCKED")
     state = clock.read_clock_state(FakeNvml([(345, 0)]), cupti_path="/some/libcupti.so.13")
-    assert state.state == "held" and "CUPTI's clock-control status: LOCKED" in state.line()
+    assert state.state == "held" and state.held_mhz is None and state.ratio is None  # the clock it holds: unknown
+    assert state.line().startswith("HELD, says CUPTI's clock-control status (LOCKED), though the SM clock sampled 345")
 
 
 def test_cupti_reporting_boost_leaves_a_free_clock_free(monkeypatch):

@@ -49,7 +49,7 @@ from nspy_tutorial import lessons as saved
 from nspy_tutorial.clock import ClockState
 from nspy_tutorial.environment import Environment
 from nspy_tutorial.gpu_facts import DeviceFacts
-from nspy_tutorial.lessons import plan_runs, run_to_run_pct, timer_step, welch_shift
+from nspy_tutorial.lessons import run_to_run_pct
 
 STEM = "11_your_kernel"
 TIME = "gpu__time_duration.sum"
@@ -179,10 +179,7 @@ def run_notebook(tmp_path, monkeypatch, yk, nsight, counters=None, torch_module=
     namespace = dict(nt=nt, ENV=environment(tmp_path), nsight=nsight, torch=torch_module or fake_torch(), yk=yk,
                      hk=HARNESS, np=np, pd=pd, stats=stats, re=re, json=json, shutil=shutil, time=time, textwrap=textwrap,
                      Counter=Counter, Path=Path, importlib=importlib, clock=clock, evidence=evidence, ncu_cli=fake_cli,
-                     run_to_run_pct=run_to_run_pct, welch_shift=welch_shift,
-                     plan_runs=plan_runs, timer_step=timer_step, per_range=saved.per_range,
-                     allowed_seconds=saved.allowed_seconds, side_of_ridge=saved.side_of_ridge,
-                     verdict=saved.verdict, next_step=saved.next_step, timeline=timeline,
+                     lessons=saved, timeline=timeline,
                      backend=SimpleNamespace(find_nsys=lambda: None))
     namespace.update(fakes)
     for cell in code_cells():
@@ -452,7 +449,7 @@ def helpers(**extra) -> dict:
     """The notebook's helpers cell alone, with the names its imports give it."""
     namespace = dict(nt=nt, nsight=SimpleNamespace(VerbosityLevel=VerbosityLevel), yk=reader("f", SIZE),
                      torch=fake_torch(), np=np, pd=pd, stats=stats, re=re, time=time, Counter=Counter,
-                     welch_shift=welch_shift, plan_runs=plan_runs, timer_step=timer_step, **extra)
+                     lessons=saved, **extra)
     exec(compile(cell_named("SILENT ="), STEM, "exec"), namespace)
     return namespace
 

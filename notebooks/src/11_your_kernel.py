@@ -193,18 +193,7 @@ import torch
 import your_kernel as yk
 from scipy import stats
 
-from nspy_tutorial import backend, clock, evidence, ncu_cli, timeline
-from nspy_tutorial.lessons import (
-    allowed_seconds,
-    next_step,
-    per_range,
-    plan_runs,
-    run_to_run_pct,
-    side_of_ridge,
-    timer_step,
-    verdict,
-    welch_shift,
-)
+from nspy_tutorial import backend, clock, evidence, lessons, ncu_cli, timeline
 
 yk = importlib.reload(yk)  # after an edit of your cell, its new version
 hk = importlib.reload(hk)
@@ -242,7 +231,7 @@ CAUSES = {
 
 
 def add(x, y):
-    """combine_kernel_metrics: the times of one call's kernels add up."""
+    """combine_kernel_metrics: the times of one call's kernels add up (nsight needs a Python function)."""
     return x + y
 
 
@@ -365,7 +354,7 @@ def batch(row: pd.Series) -> tuple[float, float, int]:
 
 def shift_verdict(a: tuple, b: tuple, band: float | None) -> tuple[str, str]:
     """b against a: the shift and its 95 % interval; real if its near end lies beyond the band."""
-    move, half, _ = welch_shift(a, b)
+    move, half, _ = lessons.welch_shift(a, b)
     words = f"{move:+.2f} % [{move - half:+.2f}, {move + half:+.2f}]"
     if band is None:
         return words, "not judged: no run-to-run band (section 2 did not run)"
@@ -452,20 +441,21 @@ with nt.section("1. What it launches: kernels per call, size by size") as s:
 with nt.section("2. How many runs: 03's plan for 1 %, tried, and a second batch") as s:
     ENV.require("profiler")
     runs = nt.needs(PILOT_RUNS, section="1")[JUDGED]
-    step = timer_step(runs)
-    planned, spread = plan_runs(runs, step, TARGET)
+    step = lessons.timer_step(runs)
+    planned, spread = lessons.plan_runs(runs, step, TARGET)
     PLANNED = min(planned, MAX_RUNS)
     again = nsight.analyze.kernel(runs=PLANNED, **QUIET)(hk.measured)
     BATCHES = pd.concat([launched(lambda: again(JUDGED, yk.CACHE)) for _ in range(2)])
     a, b = (batch(row) for _, row in BATCHES[BATCHES.Metric == TIME].iterrows())
-    BAND = run_to_run_pct(a, b)
+    BAND = lessons.run_to_run_pct(a, b)
     half = 100 * stats.t.ppf(0.975, a[2] - 1) * a[1] / np.sqrt(a[2]) / a[0]  # Student t, % of mean
     RULES["2"] = nt.rules(ENV.backend, "none", "none")
     cap = f" (capped at {MAX_RUNS})" if planned > MAX_RUNS else ""
     print(textwrap.fill(RULES["2"], 118))
     print(f"  robust spread {spread:.2f} %, timer step {step:.0f} ns -> {planned} runs{cap}")
-    met = "met" if half <= TARGET else "missed"
-    print(f"  tried: {a[0] / 1e3:,.2f} us +/-{half:.2f} % (95 %, Student t): {met} the target")
+    print(
+        f"  tried: {a[0] / 1e3:,.2f} us +/-{half:.2f} % (95 %, Student t), target +/-{TARGET:g} %"
+    )
     print(f"  the second batch against the first: {shift_verdict(a, b, None)[0]} (95 %, Welch)")
     print(f"  run-to-run band: {BAND:.2f} %; no difference within it is called real below")
     s.result = (
@@ -585,16 +575,16 @@ with nt.section("4. Where it sits on this GPU's roofline, and the next step") as
     fpc = 2 * m**3 / (matmul[TIME] / 1e9 * matmul[CLOCK])  # the roof matmul: FLOP per SM cycle
     bpc = 8 * n_stream / (stream[TIME] / 1e9 * stream[DRAM_CLOCK])  # the stream: B per DRAM cycle
     sm, dram = yours[CLOCK] / 1e6, yours[DRAM_CLOCK] / 1e6
-    pct = 100 * allowed_seconds(flops, yours[DRAM], sm, dram, fpc, bpc) / (yours[TIME] / 1e9)
-    side = side_of_ridge(flops / yours[DRAM], fpc * sm / (bpc * dram))
-    word = verdict(pct, side, BAND or 0.0)
-    stalls = {reason: yours[STALL.format(reason)] for reason in REASONS}
-    top = max(stalls, key=stalls.get)
-    step = next_step(word, side, top, yours[OCCUPANCY])
-    print(
-        f"  roofs at the clocks it ran: {fpc * sm / 1e6:,.1f} TFLOP/s, {bpc * dram / 1e3:,.0f} GB/s"
+    pct = (
+        100 * lessons.allowed_seconds(flops, yours[DRAM], sm, dram, fpc, bpc) / (yours[TIME] / 1e9)
     )
-    print(f"  occupancy {yours[OCCUPANCY]:.0f} %, top warp stall: {top}")
+    side = lessons.side_of_ridge(flops / yours[DRAM], fpc * sm / (bpc * dram))
+    word = lessons.verdict(pct, side, BAND or 0.0)
+    top = max(REASONS, key=lambda reason: yours[STALL.format(reason)])  # the top warp-stall reason
+    step = lessons.next_step(word, side, top, yours[OCCUPANCY])
+    print(
+        f"  roofs at its clocks {fpc * sm / 1e6:,.1f} TFLOP/s, {bpc * dram / 1e3:,.0f} GB/s; top stall {top}"
+    )
     print(f"  {word}, {pct:.0f} % of its {side} roof; next step: {step}")
     s.result = f"{word} ({pct:.0f} % of its roof, DRAM bytes {moved}); next: {step}"
 
@@ -614,17 +604,13 @@ with nt.section("5. The timeline around it: GPU busy % per call") as s:
     ENV.require("gpu")
     nt.needs(PILOT_RUNS, section="1")
     tl = timeline.capture("run_your_kernel.py", "loop", [(JUDGED, CALLS)], nsys=backend.find_nsys())
-    BUSY = per_range(tl)
-    kept = ", ".join(path.name for path in timeline.captures("."))
-    print(f"  drawn by {tl.tool}; kept in the work folder: {kept}")
+    BUSY = lessons.per_range(tl)
+    print(f"  drawn by {tl.tool}; kept:", *(path.name for path in timeline.captures(".")))
     print(BUSY.describe().loc[["min", "50%", "max"]].to_string(float_format="{:,.1f}".format))
     busy = BUSY["GPU busy %"].median()
-    side = (
-        "launch-bound: fewer, larger kernels" if busy < 50 else "the GPU stays busy: faster kernels"
-    )
-    s.result = (
-        f"{tl.tool.split(' (')[0]}: GPU busy {busy:.0f} % of a call (median); {side} help most"
-    )
+    tool = tl.tool.split(" (")[0]
+    side = "launch-bound: fewer, larger kernels" if busy < 50 else "busy: faster kernels"
+    s.result = f"{tool}: GPU busy {busy:.0f} % of a call (median); {side} help most"
 
 # %% [markdown]
 # ## 6. The evidence, zipped
