@@ -22,9 +22,13 @@ def banner(title: str) -> None:
     print(f"\n{'=' * WIDTH}\n{title}\n{'=' * WIDTH}")
 
 
-def say(text: str) -> None:
-    """Print ``text`` wrapped to lines of at most :data:`READABLE` characters, indented like a check's line."""
-    print(textwrap.fill(text, READABLE - 2, initial_indent="  ", subsequent_indent="    "))
+def say(text: str, first: str = "  ", rest: str = "    ") -> None:
+    """Print ``text`` wrapped to lines of at most :data:`READABLE` characters, indented like a check's line (each
+    of its own lines wrapped alone; a long word, such as a path, is not broken)."""
+    for line in text.splitlines() or [""]:
+        print(textwrap.fill(line, READABLE, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                            break_on_hyphens=False))
+        first = rest
 
 
 def label_offsets(ax, marks: Sequence[tuple[float, float]], n: int, gap: float = 11) -> list[tuple[int, int]]:
@@ -81,7 +85,8 @@ def short_kernel_name(name: str) -> str:
         plain = name.removeprefix("void ")
         cut = min((k for k in (plain.find("<"), plain.find("(")) if k >= 0), default=len(plain))
         base, words = plain[:cut], [d.split("::")[-1] for d in _DETAIL.findall(plain[cut:])]
-    details = [w for w in words if _DETAIL.fullmatch(w) and w != base.split("::")[-1]]
+    details = [w for w in words if _DETAIL.fullmatch(w) and w != base.split("::")[-1] and len(w) <= 40]  # a name,
+    # not a run of mangled text that happens to end in one
     return f"{base}<{details[0]}>" if details else base or name
 
 
@@ -91,7 +96,12 @@ _CLOCK = {"none": "clocks free to boost", "base": "clocks locked to base"}
 
 
 def rules(source: str | None, cache_control: str | None = None, clock_control: str | None = None) -> str:
-    """One line saying which tool measured (``ncu``, ``cupti``, ``ncu-cli``) under which cache and clock rules."""
+    """The caption saying which tool measured (``ncu``, ``cupti``, ``ncu-cli``) under which cache and clock rules,
+    wrapped to lines a reader can read (at most :data:`READABLE` characters)."""
+    return textwrap.fill(_rules(source, cache_control, clock_control), READABLE - 2, break_on_hyphens=False)
+
+
+def _rules(source: str | None, cache_control: str | None, clock_control: str | None) -> str:
     if source not in SOURCES:
         raise ValueError(f"rules(): unknown source {source!r}; use one of {', '.join(SOURCES)}")
     if source == "cupti":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from nspy_tutorial import backend
 from nspy_tutorial.clock import ClockState
-from nspy_tutorial.display import banner
+from nspy_tutorial.display import banner, say
 from nspy_tutorial.gpu_facts import Datasheet, DeviceFacts
 from nspy_tutorial.sections import COUNTERS_CODE, COUNTERS_REMEDY, Skip
 
@@ -153,4 +153,4 @@ def banner_lines(env: Environment) -> list[str]:
 def print_banner(env: Environment) -> None:
     banner(f"Environment  ({env.notebook})")
     for line in banner_lines(env):
-        print("  " + line)
+        say(line, "  ", " " * 15)

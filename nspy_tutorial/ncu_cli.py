@@ -53,6 +53,23 @@ def command_text(cmd: Sequence[str]) -> str:
     return shlex.join(cmd)
 
 
+def print_command(cmd: Sequence[str], width: int = 116) -> None:
+    """``cmd`` printed as it can be pasted, in lines that fit a reader's screen: each line but the last ends in a
+    backslash; an argument too long for a line (ncu's metric list) breaks after a comma with no indent on the next
+    line, as the shell joins a backslash-newline inside a word back together."""
+    lines, line = [], "  $"
+    for word in map(shlex.quote, map(str, cmd)):
+        if len(line) + len(word) + 3 > width and line.strip() not in ("$", ""):
+            lines.append(line + " \\")
+            line = "     "
+        while len(line) + len(word) + 3 > width and "," in word[: width - len(line) - 3]:
+            cut = word.rindex(",", 0, width - len(line) - 3) + 1
+            lines.append((f"{line} " if line else "") + word[:cut] + "\\")
+            line, word = "", word[cut:]
+        line = f"{line} {word}" if line else word
+    print("\n".join([*lines, line]))
+
+
 def run(cmd: Sequence[str], timeout: float = 600, env: Mapping[str, str] | None = None,
         error: type[RuntimeError] = NcuCliError) -> str:
     """Run ncu (or :func:`run_json`'s Python) in the foreground, in :func:`child_environment` plus ``env``, after
@@ -185,7 +202,7 @@ def nsight_table(script: str, func, *, ncu: str, configs: Sequence, timeout: int
     report = s.get("report") or f"{func.__name__}.ncu-rep"
     cmd = nsight_command(ncu, script, func.__name__, configs, s["runs"], s["metrics"], report,
                          s["cache_control"], s["clock_control"], s["replay_mode"])
-    print(f"  $ {command_text(cmd)}")
+    print_command(cmd)
     run(cmd, timeout=timeout)
     passed_on = ("combine_kernel_metrics", "derive_metric", "normalize_against", "ignore_kernel_list")
     return read_nsight_table(report, func, configs, s["runs"], s["metrics"], **{k: s.get(k) for k in passed_on})

@@ -14,7 +14,7 @@ import traceback
 from pathlib import Path
 from types import TracebackType
 
-from nspy_tutorial.display import banner
+from nspy_tutorial.display import banner, say
 
 OK, SKIPPED, FAILED = "OK", "SKIPPED", "FAILED"
 STATUSES = (OK, SKIPPED, FAILED)
@@ -72,7 +72,7 @@ def claim(condition: object, statement: str, evidence: str = "") -> None:
     detail = f" ({evidence})" if evidence else ""
     if not condition:
         raise ClaimFailed(f"claim no longer holds: {statement}{detail}")
-    print(f"  check: {statement}{detail}")
+    say(f"check: {statement}{detail}")
 
 
 @dataclasses.dataclass
@@ -204,9 +204,10 @@ class section:
         reraise = record.status == FAILED and strict()
         self.status = record.status
         _RECORDS[self.name] = record
-        print({OK: f"\n[OK] {record.result}  ({record.seconds:.1f} s)",
-               SKIPPED: f"\n[SKIPPED] {record.reason}\n          what to do: {record.remedy}",
-               FAILED: f"\n[FAILED] {record.reason}\n         {record.remedy}"}[record.status])
+        print()
+        say({OK: f"[OK] {record.result}  ({record.seconds:.1f} s)",
+             SKIPPED: f"[SKIPPED] {record.reason}\nwhat to do: {record.remedy}",
+             FAILED: f"[FAILED] {record.reason}\n{record.remedy}"}[record.status], "", "          ")
         if os.environ.get(RESULTS_VAR):
             with open(os.environ[RESULTS_VAR], "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(dataclasses.asdict(record)) + "\n")
@@ -222,7 +223,8 @@ def summary() -> None:
     recs = records()
     for rec in recs:
         line = rec.result if rec.status == OK else f"{rec.reason} -> {rec.remedy}"
-        print(f"  {rec.status:<8s} {rec.section}\n           {line}")
+        print(f"  {rec.status:<8s} {rec.section}")
+        say(line, " " * 11, " " * 11)
     counts = {s: sum(r.status == s for r in recs) for s in STATUSES}
     print(f"\n  {counts[OK]} OK, {counts[SKIPPED]} SKIPPED, {counts[FAILED]} FAILED")
     if strict() and counts[FAILED]:

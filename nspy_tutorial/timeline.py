@@ -11,7 +11,6 @@ import json
 import os
 import sqlite3
 import sys
-import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -127,9 +126,8 @@ def capture(script: str, function: str, configs: list, *, nsys: str | None, runs
         [nsys, "profile", "--trace=cuda,nvtx,osrt", "--stats=true", "--force-overwrite=true", "-o", stem,
          sys.executable, script, *args],
         [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", f"{stem}.sqlite", f"{stem}.nsys-rep"]]
-    for number, cmd in enumerate(steps):  # printed pasteable, in lines of at most 110 characters
-        print("  $ " + " \\\n      ".join(textwrap.wrap(ncu_cli.command_text(cmd), 104, break_long_words=False,
-                                                         break_on_hyphens=False)))
+    for number, cmd in enumerate(steps):
+        ncu_cli.print_command(cmd)
         output = ncu_cli.run(cmd, timeout, error=TimelineError)
         if number == 0 and nsys:  # --stats=true's summary tables, kept beside the report
             Path(f"{stem}-stats.txt").write_text(output, encoding="utf-8")

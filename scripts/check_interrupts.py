@@ -8,8 +8,11 @@ package's own rule fires: an ncu that had to be SIGKILLed). Throughout, ``nvidia
 SM clock every 200 ms into ``OUT/samples.csv``; first the GPU idles 3 s (its idle level); then
 
 - A, 04 §1: notebook 04 in a Jupyter kernel (nbclient, as the runner); once an ncu whose command
-  line holds ``--clock-control base`` has run 3 s and the Python it profiles has opened the GPU (it
-  is profiling), the kernel is interrupted (SIGINT to its process group: Jupyter's Stop button);
+  line holds ``--clock-control base`` runs and has *locked the clock* -- CUPTI's device-global
+  clock-control status, polled every 50 ms by a child process (:data:`LOCK_WATCH`), has read
+  ``LOCKED`` for 0.3 s: the moment a SIGKILL would leave the lock behind -- the kernel is interrupted
+  (SIGINT to its process group: Jupyter's Stop button). Where CUPTI cannot be read, once the ncu has
+  run 3 s and the Python it profiles has opened the GPU (the summary says which trigger fired);
 - B, 10 §2b: the same with notebook 10 and its ``ncu --set full`` (clock control base by default);
 - C, an interrupted probe: the ncu-cli probe child (``python -m nspy_tutorial.probe kernel`` under
   ncu, as setup starts it) through ``lifetime.run`` in a child Python, which gets SIGINT once the
@@ -53,6 +56,17 @@ FORCED = "was still running"  # ncu_cli.after_forced_stop's line: an ncu had to 
 SMI = ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,memory.used", "--format=csv,noheader", "-lms", "200"]
 MAX_QUERY = ["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits"]
 GPU_DEVICE = "/dev/nvidia"  # a process with one of these open has started CUDA
+LOCKED_FOR = 0.3  # seconds CUPTI has read LOCKED before the interrupt: ncu holds its lock
+LOCK_WATCH = """import ctypes, sys, time
+ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+cuda, device, context = ctypes.CDLL("libcuda.so.1"), ctypes.c_int(), ctypes.c_void_p()
+assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(device), 0) == 0
+assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) == 0
+from cupti import cupti
+while True:
+    print(cupti.ClockControlStatus(cupti.clock_control_get_status(context.value)).name, flush=True)
+    time.sleep(0.05)
+"""
 NOTEBOOKS = ROOT / "notebooks"
 HELD = "CLOCK STILL HELD: report it and give the machine back"
 PROBE_CHILD = """import sys
@@ -159,12 +173,14 @@ def table(summary: dict) -> list[str]:
     idle = summary["idle"]
     lines = [f"idle SM clock {idle['idle_mhz']} MHz (idle below {idle['threshold_mhz']} MHz); "
              f"at the end {summary.get('end_mhz')} MHz",
-             f"{'case':<34} {'ncu gone':>9} {'clock back':>11} {'peak MHz':>9}  {'stop':<16} reset"]
+             f"lock watch: {summary.get('lock_watch', '-')}",
+             f"{'case':<34} {'ncu gone':>9} {'clock back':>11} {'at stop':>8}  {'stop':<16} reset"]
     for c in summary["cases"]:
         reset = "ran" if "--clock-control reset`" in c["reset"] else ("said: none" if FORCED in c["reset"] else
                                                                        c["reset"])
+        at_stop = c.get("cupti_at_interrupt") or f"{c.get('mhz_at_interrupt') or '-'}"
         lines.append(f"{c['case'] + ' ' + c['what']:<34.34} {seconds(c['ncu_gone_after_s']):>9} "
-                     f"{seconds(c['clock_back_after_s']):>11} {c['peak_mhz'] or '-':>9}  {c['stop']:<16} {reset}")
+                     f"{seconds(c['clock_back_after_s']):>11} {at_stop:>8}  {c['stop']:<16} {reset}")
     strict = summary.get("strict_04") or {}
     if strict.get("sections"):
         lines.append("04 strict: " + ", ".join(f"{s['section'].split('.')[0]} {s['status']}"
@@ -238,6 +254,7 @@ class Check:
         self.deadline = self.t0 + budget
         self.samples = Samples()
         self.work = Path(tempfile.mkdtemp(prefix="check-interrupts-"))
+        self.status, self.locked_since, self.watcher = None, None, None  # CUPTI's clock-control status
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -260,7 +277,39 @@ class Check:
         self.reader = threading.Thread(target=read, daemon=True)
         self.reader.start()
 
+    def start_lock_watch(self) -> str:
+        """CUPTI's clock-control status polled in a child (it needs a CUDA context); what it reads, or why not."""
+        try:
+            from nspy_tutorial import backend
+
+            library = backend.find_cupti_library()
+            if library is None or not backend.cupti_python_available():
+                return "unavailable: no cupti-python with a libcupti here"
+            self.watcher = subprocess.Popen([sys.executable, "-c", LOCK_WATCH, library.path], text=True,
+                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except Exception as error:  # the check goes on with the fallback trigger
+            return f"unavailable: {type(error).__name__}: {error}"
+
+        def read() -> None:
+            for line in self.watcher.stdout:
+                status = line.strip()
+                if status == "LOCKED" and self.status != "LOCKED":
+                    self.locked_since = self.now()
+                self.status = status
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + 30
+        while self.status is None and self.watcher.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return f"CUPTI reads {self.status}" if self.status else "unavailable: the CUPTI child printed nothing"
+
+    def locked_for(self) -> float:
+        """Seconds CUPTI has read LOCKED without a break; 0 when it does not (or cannot) read it."""
+        return self.now() - self.locked_since if self.status == "LOCKED" and self.locked_since is not None else 0.0
+
     def stop_sampling(self) -> None:
+        if self.watcher is not None:
+            self.watcher.terminate()
         self.smi.terminate()
         self.smi.wait(10)
         self.reader.join(5)
@@ -310,12 +359,15 @@ class Check:
         client = nbclient.NotebookClient(nbformat.read(path, as_version=4), timeout=240, kernel_name="python3",
                                          resources={"metadata": {"path": str(path.parent)}})
         running = asyncio.create_task(client.async_execute(env=self.environment(name)))
-        seen, pid = await self.watch(running, match, lambda p, ran: ran >= PROFILING_FOR and (
-            gpu_open_below(p) or ran >= 4 * PROFILING_FOR))  # the profiled Python has started CUDA
+        if self.watcher is not None:  # the lock itself: CUPTI reads LOCKED
+            ready = lambda p, ran: self.locked_for() >= LOCKED_FOR  # noqa: E731
+        else:  # the profiled Python has started CUDA
+            ready = lambda p, ran: ran >= PROFILING_FOR and (gpu_open_below(p) or ran >= 4 * PROFILING_FOR)  # noqa: E731
+        seen, pid = await self.watch(running, match, ready)
         if pid is None:
             note = f"no matching ncu before the notebook ended: {await self.outcome(running)}"
             return case_summary(self.samples, name=name, what=what, threshold=threshold, reached=False, note=note)
-        action = self.now()
+        action, status = self.now(), self.status
         if kill:
             os.killpg(client.km.provisioner.pgid, signal.SIGKILL)  # the kernel included
         else:
@@ -324,8 +376,9 @@ class Check:
         await self.settle(gone if gone is not None else action, threshold)
         note = await self.outcome(running)
         output = "\n".join(o.get("text", "") for cell in client.nb.cells for o in cell.get("outputs", []))
-        return case_summary(self.samples, name=name, what=what, threshold=threshold, reached=True, seen=seen,
-                            action=action, gone=gone, output=output, note=note)
+        record = case_summary(self.samples, name=name, what=what, threshold=threshold, reached=True, seen=seen,
+                              action=action, gone=gone, output=output, note=note)
+        return {**record, "cupti_at_interrupt": status, "cupti_after": self.status}
 
     async def outcome(self, running: asyncio.Task) -> str:
         """How the notebook's run ended (it is given up to 30 s more)."""
@@ -385,7 +438,9 @@ class Check:
         await asyncio.sleep(IDLE_SECONDS + 0.5)
         idle = idle_level(self.samples, 0.5, self.now())
         threshold = idle["threshold_mhz"]
-        summary = {"idle": idle, "ncu": self.ncu, "cases": [], "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        summary = {"idle": idle, "ncu": self.ncu, "cases": [], "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                   "lock_watch": self.start_lock_watch()}
+        print(f"lock watch: {summary['lock_watch']}", flush=True)
         maximum = subprocess.run(MAX_QUERY, capture_output=True, text=True).stdout.strip()
         summary["max_mhz"] = int(maximum) if maximum.isdigit() else None
         if already_held(idle, summary["max_mhz"]):

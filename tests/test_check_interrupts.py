@@ -133,7 +133,7 @@ def test_the_table_is_short_lines():
                "strict_04": {"error": None, "sections": [{"section": "0. Defaults", "status": "OK", "detail": "x"}]}}
     lines = check.table(summary)
     assert all(len(line) <= 120 for line in lines)
-    assert "1.5 s" in lines[2] and "4.0 s" in lines[2] and "clean" in lines[2] and lines[-1] == "04 strict: 0 OK"
+    assert "1.5 s" in lines[3] and "4.0 s" in lines[3] and "clean" in lines[3] and lines[-1] == "04 strict: 0 OK"
 
 
 def test_a_command_line_holds_words_in_order():
