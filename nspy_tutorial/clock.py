@@ -18,7 +18,7 @@ import threading
 import time
 
 HELD_FRACTION = 0.5  # an idle SM clock that stays at or above this share of the maximum is held
-SAMPLE_SECONDS, LONGEST_SECONDS, INTERVAL = 1.0, 4.0, 0.05  # look longer (up to 4 s) when it looks held
+SAMPLE_SECONDS, LONGEST_SECONDS, INTERVAL = 1.0, 4.0, 0.05  # up to 4 s when it looks held or lingers at its boost
 AT_MAX_MHZ = 15  # within this of the maximum: the boost clock itself (it lingers about 2 s after work)
 CUPTI_HELD = ("LOCKED", "LOCKED_TO_FLOOR", "BOOST_DISABLED")  # cupti.ClockControlStatus names that mean held
 CUPTI_TIMEOUT = 60
@@ -125,8 +125,9 @@ def read_clock_state(pynvml=None, cupti_path: str | None = None) -> ClockState:
         handle = nvml_handle(pynvml)
         max_mhz = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
         samples, start = sample(pynvml, handle, SAMPLE_SECONDS), time.monotonic()
-        while classify(samples, max_mhz) == "held" and time.monotonic() - start < LONGEST_SECONDS - SAMPLE_SECONDS:
-            samples += sample(pynvml, handle, 0.5)
+        while time.monotonic() - start < LONGEST_SECONDS - SAMPLE_SECONDS and (
+                classify(samples, max_mhz) == "held" or max_mhz - samples[-1][0] <= AT_MAX_MHZ):
+            samples += sample(pynvml, handle, 0.5)  # looks held, or still at its boost clock after work
     except Exception as exc:  # no NVML, no GPU, not permitted
         return ClockState("unknown", why=f"NVML: {type(exc).__name__}: {exc}")
     facts = {}

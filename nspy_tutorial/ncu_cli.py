@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from nspy_tutorial import lifetime
@@ -184,7 +185,8 @@ def read_nsight_table(report: str, func, configs: Sequence, runs: int, metrics: 
     raw = extraction.extract_df_from_report(
         report, list(metrics), as_tuples(configs), runs, func, derive_metric,
         list(ignore_kernel_list) if ignore_kernel_list else None, VerbosityLevel.SILENT, combine_kernel_metrics)
-    return transformation.aggregate_data(raw, func, normalize_against, VerbosityLevel.SILENT)
+    with np.errstate(divide="ignore"):  # its geometric mean takes the log of a counter that read 0 (harmless)
+        return transformation.aggregate_data(raw, func, normalize_against, VerbosityLevel.SILENT)
 
 
 def nsight_table(script: str, func, *, ncu: str, configs: Sequence, timeout: int = 600, **settings) -> pd.DataFrame:

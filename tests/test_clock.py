@@ -155,3 +155,10 @@ def test_a_cupti_child_that_fails_says_why_instead_of_a_status(monkeypatch):
 def test_the_record_for_the_evidence_folder_holds_the_state_and_its_line():
     record = clock.read_clock_state(FakeNvml(recorded("h200-clock-capped")[:5])).record()
     assert record["state"] == "held" and record["idle_mhz"] == (1500, 1500) and record["line"].startswith("HELD")
+
+
+def test_setup_waits_out_the_boost_clock_that_lingers_after_work_and_reads_where_it_idles(monkeypatch):
+    monkeypatch.setattr(clock, "LONGEST_SECONDS", 60.0)  # the samples end the wait, not the clock on the wall
+    state = clock.read_clock_state(FakeNvml([(1980, 0)] * 10 + [(405, 0), (345, 0)]))
+    assert state.state == "free" and state.idle_mhz == (345, 1980)
+    assert state.lines()[0] == "free: idles at 345-1,980 MHz, boosts to 1,980 MHz"

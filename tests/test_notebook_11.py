@@ -518,7 +518,7 @@ def test_section_4_reads_flops_bytes_and_the_clock_from_the_counters_on_a_synthe
     assert f"{dram / (8 * n):.1f}x the bytes your count needs" in out
     assert "at 1,980 MHz" in out  # nine kernels at 1,980 MHz: the clock is weighted, not added
     assert records["4"].status == "OK", records["4"].reason
-    assert "memory-bound" in records["4"].result and "next: cut bytes" in records["4"].result  # 06's verdict
+    assert "memory-bound" in records["4"].result and "next: fuse" in records["4"].result  # 06: a chain of kernels
 
 
 def test_a_function_on_tensor_cores_without_a_flop_count_skips_section_4_saying_to_write_one(tmp_path, monkeypatch):
@@ -550,7 +550,7 @@ def test_section_5_reads_gpu_busy_per_call_from_the_timeline_and_names_the_tool(
                                backend=SimpleNamespace(find_nsys=lambda: None))
     assert captured == [("run_your_kernel.py", "loop", [(list(yk.SIZES)[-1], 10)], None)]
     assert records["5"].status == "OK", records["5"].reason
-    assert records["5"].result.startswith("torch.profiler: GPU busy 40 % of a call (median); launch-bound")
+    assert records["5"].result.startswith("torch.profiler: GPU busy 40 % of a call, sync included (median); launch-bound")
     assert ns["BUSY"]["kernels"].tolist() == [1] * 10
 
 
