@@ -442,7 +442,9 @@ with nt.section("4. One run, the unit, and the rated clock") as s:
     pynvml.nvmlInit()
     # NVML's handle of the GPU CUDA runs on (NVML's own numbering ignores CUDA_VISIBLE_DEVICES)
     gpu = nt.nvml_handle()
-    time.sleep(2.0)  # nothing queued: let the GPU idle
+    time.sleep(
+        4.0
+    )  # nothing queued: let the GPU idle (its boost clock lingers about 2 s after work)
     idle_mhz = pynvml.nvmlDeviceGetClockInfo(gpu, pynvml.NVML_CLOCK_SM)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
     end = time.perf_counter() + 1.0
@@ -456,7 +458,7 @@ with nt.section("4. One run, the unit, and the rated clock") as s:
     torch.cuda.synchronize()
     rated_mhz = int(rated_khz) // 1000
     print(
-        f"  ComputeClock (every row): {rated_mhz} MHz; NVML: {idle_mhz} MHz after 2 s idle, "
+        f"  ComputeClock (every row): {rated_mhz} MHz; NVML: {idle_mhz} MHz after 4 s idle, "
         f"{busy_mhz} MHz after 1 s of fp16 matmuls"
     )
     differ = [

@@ -575,7 +575,7 @@ with nt.section("3. Warm vs cold L2 by hand") as s:
     for n, name in ((SMALL, "fits in L2"), (LARGE, "8x L2")):
         print(
             f"  {name:10s}: warm {t[(n, False)] / 1e3:8.1f} us, flushed {t[(n, True)] / 1e3:8.1f} us "
-            f"-> {8 * n / t[(n, False)]:7,.0f} vs {8 * n / t[(n, True)]:7,.0f} GB/s"
+            f"-> {8 * n / t[(n, False)]:7,.0f} vs {8 * n / t[(n, True)]:7,.0f} GB/s (warm: from L2 if it fits)"
         )
     small, large = (t[(n, True)] / t[(n, False)] for n in (SMALL, LARGE))
     nt.claim(
