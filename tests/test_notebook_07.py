@@ -648,6 +648,27 @@ def test_section_5_reads_launch_bound_small_ranges_and_busy_large_ones(fk, monke
     assert re.search(r"eager, small: its wall time is \d+x its kernels' summed time", printed)
 
 
+def test_the_timeline_plot_shares_an_x_range_per_size_and_keeps_kernels_and_the_cpus_own_work_apart(fk, monkeypatch):
+    """The fused range draws shorter than the eager one of its size; each title says the wall time and the kernels;
+    kernels back to back alternate two shades; the CPU lane is grey (busy) between its CUDA calls."""
+    plt = plt_module()
+    plt.close("all")
+    run_sections(fk, "ncu", monkeypatch, with_counters(kept("fusion")[1]), gelu_table(fk))
+    axes = plt.gcf().axes
+    titles = [ax.get_title(loc="left") for ax in axes]
+    walls = [float(re.search(r": ([\d,.]+) us wall, ", t).group(1).replace(",", "")) for t in titles]
+    assert [re.search(r"(\d+) kernels, GPU busy \d+ %$", t).group(1) for t in titles] == ["45", "5", "45", "5"]
+    assert [ax.get_xlim() for ax in axes] == [(0, max(walls[:2]))] * 2 + [(0, max(walls[2:]))] * 2
+    assert walls[3] < axes[3].get_xlim()[1] / 5  # compiled, large: fused, a fraction of the eager range
+    grey, kernels, _ = axes[2].collections  # eager, large: its 45 kernels run back to back
+    shades = kernels.get_facecolor()
+    assert len(shades) == 45 and all((shades[i] != shades[i + 1]).any() for i in range(44))
+    assert grey.get_facecolor()[0][:3].tolist() == [0.85] * 3
+    assert [t.get_text() for t in axes[1].texts] == ["Python, guards"]  # compiled, small: the CPU's checks
+    assert "CPU outside CUDA calls" in " ".join(t.get_text() for t in axes[3].get_legend().get_texts())
+    plt.close("all")
+
+
 def test_on_colab_section_5_installs_nsys_first_and_draws_with_it(fk, monkeypatch, capsys):
     records, _, captured = run_sections(fk, "ncu", monkeypatch, with_counters(kept("fusion")[1]), gelu_table(fk),
                                         colab=True, installs=(None, "/usr/local/bin/nsys"))

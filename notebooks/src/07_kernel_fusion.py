@@ -248,11 +248,8 @@ def variants(table: pd.DataFrame, counts: dict) -> pd.DataFrame:
 
 def as_counted(row: pd.Series, kernels: int, l2: float) -> bool:
     """The DRAM counters against the hand count (the slack is the text's)."""
-    read, write, counted = (
-        row["read MB"] / row["counted read MB"],
-        row["write MB"],
-        row["counted write MB"],
-    )
+    read = row["read MB"] / row["counted read MB"]
+    write, counted = row["write MB"], row["counted write MB"]
     return 0.98 <= read <= 1.10 and counted - kernels * l2 / 1e6 <= write <= 1.10 * counted
 
 
@@ -276,9 +273,8 @@ def report(table: pd.DataFrame, source: str) -> pd.DataFrame:
     t = variants(table, counts)
     print(t.to_string(float_format="{:,.1f}".format))
     for name, r in t.iterrows():
-        names = Counter(
-            table[(table.Annotation == name) & (table.Metric == TIME)].Kernel.iloc[0].split("|")
-        )
+        launched = table[(table.Annotation == name) & (table.Metric == TIME)].Kernel.iloc[0]
+        names = Counter(launched.split("|"))
         kernels = ", ".join(f"{c} x " * (c > 1) + nt.short_kernel_name(k) for k, c in names.items())
         nt.claim(r.kernels == counts[name][0], f"{name}: kernels as counted", kernels)
         nt.claim(as_counted(r, r.kernels, L2), f"{name}: DRAM bytes as counted")
@@ -615,6 +611,13 @@ with nt.section("4. How close to the bandwidth roof is the fused kernel?") as s:
 # large input, fewer launches on the small one -- but the compiled small range still waits:
 # each call of a compiled function costs the CPU its own checks before the one launch.
 #
+# Reading the plot: the two ranges of one input size share an x-range, so a shorter bar is a
+# shorter range. Kernels alternate two shades of green, so kernels that run back to back stay
+# apart. The CPU lane is grey wherever the CPU works outside a CUDA call: Python, PyTorch's
+# dispatcher (the code that picks a kernel for each operation) and, in a compiled function,
+# its **guards** (the checks that its inputs still match what it was compiled for). A gap in
+# the GPU lane under grey is a GPU waiting for a CPU that is busy, not idle.
+#
 # What each tool can tell you: the timeline (nsys) shows *where the time goes* -- an idle GPU,
 # launch overhead, synchronisation (`cudaDeviceSynchronize`, the CPU waiting for the GPU) --
 # but not why one kernel is slow; Nsight Compute shows *why one kernel is slow* (its counters,
@@ -670,18 +673,27 @@ with nt.section("5. The timeline plot: where the GPU waits") as s:
     small, large = busy.filter(like="small").max(), busy.filter(like="large").min()
     nt.claim(small < 50, "small input: launch-bound, GPU busy under half", f"at most {small:.0f} %")
     nt.claim(large > 80, "large input: the GPU stays busy, over 80 %", f"at least {large:.0f} %")
-    fig, axes = plt.subplots(len(TIMELINE), 1, figsize=(11, 1.2 * len(TIMELINE) + 1))
-    for ax, r in zip(axes, TL.ranges.itertuples()):
+    fig, axes = plt.subplots(len(TIMELINE), 1, figsize=(11, 1.25 * len(TIMELINE) + 1.4))
+    for ax, r, t in zip(axes, TL.ranges.itertuples(), TIMELINE.to_dict("records")):
         calls = TL.calls[(TL.calls.start >= r.start) & (TL.calls.start < r.end)]
-        kernels = TL.kernels[TL.kernels.correlation.isin(calls.correlation)]
+        kernels = TL.kernels[TL.kernels.correlation.isin(calls.correlation)].sort_values("start")
         launch = np.where(calls.correlation.isin(kernels.correlation), "C0", "C3")
-        for lane, events, colour in ((0, kernels, "C2"), (1, calls, launch)):
+        shades = np.resize(["C2", "darkgreen"], len(kernels))  # back to back, yet apart
+        ax.broken_barh([(0, t["wall us"])], (1, 0.8), color="0.85")  # the CPU's own work
+        for lane, events, colour in ((0, kernels, shades), (1, calls, launch)):
             spans = list(zip((events.start - r.start) / 1e3, (events.end - events.start) / 1e3))
-            ax.broken_barh(spans, (lane, 0.8), facecolors=colour)
-        ax.set_xlim(0, (r.end - r.start) / 1e3)  # the whole range: idle time at its edges shows
-        ax.set_yticks([0.4, 1.4], ["GPU kernels", "CPU CUDA calls"], fontsize=8)
-        ax.set_title(f"{r.name}: GPU busy {busy[r.name]:.0f} %", fontsize=9, loc="left")
-    axes[-1].set_xlabel("us since the range began; CPU calls: launches blue, others (syncs) red")
+            ax.broken_barh(spans, (lane, 0.8), color=colour, linewidth=0.5)  # edges: 1 us shows
+        if r.name == "compiled, small":  # what the CPU does before each call's one launch
+            ax.text((calls.start.min() - r.start) / 2e3, 1.3, "Python, guards", ha="center", size=8)
+        ax.set_xlim(0, TIMELINE["wall us"].filter(like=r.name.split(", ")[1]).max())  # per size
+        ax.set_yticks([0.4, 1.4], ["GPU kernels", "CPU"], fontsize=8)
+        title = f"{r.name}: {t['wall us']:,.0f} us wall, {t['kernels']:.0f} kernels, GPU busy"
+        ax.set_title(f"{title} {t['GPU busy %']:.0f} %", fontsize=9, loc="left")
+    keys = {"C2": "kernel (shades alternate)", "C0": "launch call", "C3": "other CUDA call (sync)"}
+    keys["0.85"] = "CPU outside CUDA calls: Python, dispatch, torch.compile's guards"
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour, label=key) for colour, key in keys.items()]
+    axes[-1].legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=2)
+    axes[-1].set_xlabel("us since the range began (one x-range per input size: lengths compare)")
     fig.suptitle(f"Timeline drawn by {TL.tool} on {TL.gpu.get('name')}")
     plt.tight_layout()
     plt.show()
