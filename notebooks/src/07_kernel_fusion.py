@@ -701,9 +701,7 @@ with nt.section("5. The timeline plot: where the GPU waits") as s:
     print(f"  eager, small: its wall time is {sums['eager, small']:.0f}x its kernels' summed time,")
     print("  the only figure nsight-python reports for a region")
     tool = TL.tool.split(" (")[0].split("-")[0]  # "torch.profiler", or "Nsight Systems <version>"
-    s.result = (
-        f"{tool}: GPU busy <= {small:.0f} % small (next: CUDA graphs), >= {large:.0f} % large"
-    )
+    s.result = f"{tool}: GPU busy <={small:.0f} % small (next: CUDA graphs), >={large:.0f} % large"
 
 # %% [markdown]
 # ## Takeaways
