@@ -70,8 +70,9 @@ FIGURES = (
            "where installed, else torch.profiler."),
     Figure("cupti-vs-ncu.png", "09", "plot",
            "Nsight Compute's extra time per kernel over the CUPTI backend without the cache flush "
-           "(cache_control='none'), in us against the kernel's length on log-log axes, each with its Welch 95 % "
-           "interval; the fit (a cost per kernel plus a share of the length) and the most the clock could add."),
+           "(cache_control='none', clocks free), in us on a linear axis with a line at zero against the kernel's "
+           "length, each with its Welch 95 % interval; the fit (a cost per kernel plus a share of the length) "
+           "with its 95 % band and its verdicts in the legend, and the most the clock could add."),
 )
 
 

@@ -352,6 +352,18 @@ def test_the_fit_gives_back_a_cost_per_kernel_and_a_share_of_the_length_it_was_b
     assert a - ha <= 1.0 <= a + ha and b - hb <= 0.002 <= b + hb
 
 
+def test_the_fit_s_band_at_a_kernel_of_some_length_lies_between_its_two_terms_half_widths_apart_and_added():
+    """SYNTHETIC: the 95 % half-width of a + b * L (the plot's band) is the terms' own at (1, 0) and (0, 1), and at
+    (1, L) lies between |ha - hb * L| and ha + hb * L (their covariance is neither -1 nor +1)."""
+    side = side_of({op: us + 1.0 * SPLIT.get(op, 1) + 0.002 * us for op, us in LENGTHS.items()}, sd=0.5)
+    _, (ha, hb) = ANALYSIS.fit_extra(side)
+    lengths = [1.0, 100.0, 2682.0]
+    _, (at_a, at_b, *band) = ANALYSIS.fit_extra(side, [(1, 0), (0, 1)] + [(1, length) for length in lengths])
+    assert (at_a, at_b) == pytest.approx((ha, hb))
+    for length, half in zip(lengths, band):
+        assert abs(ha - hb * length) < half < ha + hb * length
+
+
 def test_the_fit_weights_each_kernel_by_its_precision_and_widens_where_points_scatter_beyond_their_errors():
     side = side_of({op: us + 1.0 * SPLIT.get(op, 1) for op, us in LENGTHS.items()})
     _, (ha, _) = ANALYSIS.fit_extra(side)
@@ -546,7 +558,7 @@ def section_3(t: dict, cupti_mhz, capsys, tmp_path) -> tuple[str, str, list]:
                                needs=lambda value, **k: value, rules=nt.rules, show=nt.show)
     ns = dict(np=np, pd=pd, stats=stats, plt=plt, nt=notebook, ncu_cli=ncu_cli, TIME=TIME, CLOCK=CLOCK,
               welch_shift=welch_shift, run_to_run_pct=run_to_run_pct, times=ANALYSIS.times,
-              ENV=SimpleNamespace(require=lambda *a, **k: None, gpu_name="NVIDIA H200"),
+              ENV=SimpleNamespace(require=lambda *a, **k: None, gpu_name="NVIDIA H200", backend="cupti"),
               CUPTI={"table": t["cupti"]}, NCU={k: t[k] for k in ("all", "none", "again")}, CUPTI_MHZ=cupti_mhz)
     exec(compile(code, "section 3", "exec"), ns)  # noqa: S102
     plt.gcf().savefig(tmp_path / "section3.png", dpi=80)
@@ -564,8 +576,26 @@ def test_section_3_prints_its_tables_within_eight_columns_and_its_clock_basis(ca
     shown = re.findall(r"nt\.show\(SIDE, \[(.*?)\]\)", source(STEM))
     assert len(shown) == 2 and all(len(columns.split(",")) <= 8 for columns in shown)  # tables of 8 columns at most
     assert sum(1 for line in printed.splitlines() if line.lstrip().startswith("op ")) == 2
+    assert (tmp_path / "section3.png").stat().st_size > 0
+
+
+def test_section_3_plots_on_a_linear_axis_that_shows_zero_and_every_interval_whole(capsys, tmp_path):
+    """The old log axis cut an interval that crossed 0 off at the bottom (matmul 4096: it looked like extra time)."""
+    printed, _, _, axes = section_3(tables("run1"), (1500, 345, 1980), capsys, tmp_path)
     ax = axes[0]
-    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log") and (tmp_path / "section3.png").stat().st_size > 0
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "linear")
+    bottom, top = ax.get_ylim()
+    side = ANALYSIS.compare(tables("run1")["cupti"], tables("run1"), 1980.0)
+    assert bottom < min(0, (side["us/kernel"] - side["±"]).min()) and (side["us/kernel"] + side["±"]).max() < top
+    assert any(list(line.get_ydata()) == [0, 0] for line in ax.get_lines())  # the zero line
+
+
+def test_section_3_s_legend_says_the_fit_s_verdicts_as_printed_and_the_title_names_both_tools(capsys, tmp_path):
+    printed, _, _, axes = section_3(tables("run1"), (1500, 345, 1980), capsys, tmp_path)
+    legend = [text.get_text() for text in axes[0].get_legend().get_texts()]
+    per, length = re.search(r"a fit over all kernels: (.*)\n  and (.*)\n", printed).groups()
+    assert legend[0] == f"fit and its 95 % band: {per}\n  + {length}"
+    assert axes[0].get_title() == "NVIDIA H200: ncu command line (cache none, clocks free) − CUPTI, per kernel"
 
 
 def test_section_3_says_the_rated_clock_where_nvml_could_not_be_read(capsys, tmp_path):

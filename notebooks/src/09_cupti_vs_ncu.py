@@ -405,8 +405,11 @@ with nt.section("2. Nsight Compute times the same workload, flushed and not") as
 #
 # The fit's verdicts: a cost per kernel (where *a*'s interval excludes 0), and for *b*: none
 # detected (its interval holds 0), within what the clock can add, or more than the clock can
-# add. The plot shows each kernel's extra µs against its length, with the fit. A long matmul
-# should barely notice either cause: there the tools should agree within 5 %.
+# add. The plot shows each kernel's extra µs against its length on a linear scale with a line
+# at 0: an interval that crosses it is no extra time detected. The fit is drawn with its 95 %
+# band (the verdicts in the legend), and the dashed line is the fit's cost per kernel plus the
+# most the clock can add. A long matmul should barely notice either cause: there the tools
+# should agree within 5 %.
 
 
 # %%
@@ -441,9 +444,10 @@ def compare(cupti: pd.DataFrame, ncu: dict, ceiling_mhz: float) -> pd.DataFrame:
     return out.reset_index(names="op")
 
 
-def fit_extra(side: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def fit_extra(side: pd.DataFrame, at=((1, 0), (0, 1))) -> tuple[np.ndarray, np.ndarray]:
     """Weighted least squares of each kernel's unflushed extra time (us) on its kernels and its length (CUPTI us):
-    (us per kernel, share of the length) and their 95 % half-widths (t, n - 2 dof, widened by the Birge ratio)."""
+    (us per kernel, share of the length), and the 95 % half-width of the fit at each (kernels, length) of `at`
+    (t, n - 2 dof, widened by the Birge ratio); the default's two are those of the two terms themselves."""
     d = (side["us/kernel"] * side.kernels).to_numpy(float)
     x = side[["kernels", "CUPTI us"]].to_numpy(float)
     w = 1 / np.maximum(side.se.to_numpy(float), 1e-3) ** 2  # 1 ns, the durations' unit, at least
@@ -451,7 +455,8 @@ def fit_extra(side: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     coef = cov @ x.T @ (w * d)
     dof = len(d) - 2
     birge = max(1.0, float(w @ (d - x @ coef) ** 2) / dof)
-    return coef, stats.t.ppf(0.975, dof) * np.sqrt(np.diag(cov) * birge)
+    at = np.asarray(at, float)
+    return coef, stats.t.ppf(0.975, dof) * np.sqrt(np.sum(at @ cov * at, axis=1) * birge)
 
 
 def overhead(side: pd.DataFrame, share: float) -> tuple[str, str]:
@@ -497,28 +502,32 @@ with nt.section("3. Side by side, and a plot: how much longer, and why") as s:
     print("\n".join(f"  {r['op']}: {reading(r)}" for r in SIDE.to_dict("records")))
     print(f"  unflushed, a fit over all kernels: {per}\n  and {length}")
     print(f"  the clock can add at most {100 * share:.2f} % ({basis} / Nsight Compute's lowest)")
-    (a, b), _ = fit_extra(SIDE)
     x = SIDE["CUPTI us"] / SIDE.kernels  # one kernel's length
     y, err = SIDE["us/kernel"], SIDE["±"]
     line = np.geomspace(x.min(), x.max())
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    ax.errorbar(x, y, err, fmt="o", capsize=3, label="unflushed Nsight Compute - CUPTI, 95 %")
-    ax.plot(line, a + b * line, label=f"fit: {a:.2f} us per kernel + {100 * b:.2f} % of the length")
-    ax.plot(line, a + share * line, "--", c="grey", label="per kernel + the most the clock adds")
+    (a, b), half = fit_extra(SIDE, [(1, us) for us in line])  # one kernel of each length
+    fit = a + b * line
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    ax.axhline(0, c="black", lw=0.8)
+    ax.errorbar(x, y, err, fmt="o", capsize=3, label="each operation, with its Welch 95 % interval")
+    ax.plot(line, fit, c="C1")
+    label = f"fit and its 95 % band: {per}\n  + {length}"
+    ax.fill_between(line, fit - half, fit + half, color="C1", alpha=0.25, label=label)
+    most = f"its cost per kernel + the most the clock can add ({100 * share:.2f} % of the length)"
+    ax.plot(line, a + share * line, "--", c="grey", label=most)
     for xi, yi, op in zip(x, y, SIDE.op):
-        ax.annotate(op, (xi, yi), textcoords="offset points", xytext=(6, 4), fontsize=7)
-    # log-log: a cost per kernel is flat, a share of the length rises; a bar below 0 runs off the axis
-    ax.set(xscale="log", yscale="log", ylim=(0.3 * y[y > 0].min(), 3 * (y + err).max()))
-    ax.set(xlabel="one kernel's length under CUPTI (us)", ylabel="extra us per kernel")
-    ax.set_title(f"{ENV.gpu_name}: Nsight Compute's extra time per kernel, unflushed")
+        ax.annotate(op, (xi, yi), textcoords="offset points", xytext=(6, -10), fontsize=7)
+    # x log (lengths span three decades), y linear with a zero line: an interval that holds 0 shows it
+    bottom, top = min(0, *(y - err), *(fit - half)), max(*(y + err), *(fit + half))
+    ax.set(xscale="log", ylim=(bottom - (top - bottom) / 20, top + (top - bottom) / 20))
+    ax.set(xlabel="one kernel's length under CUPTI (us)", ylabel="extra time per kernel (us)")
+    tool = "Nsight Compute" if ENV.backend == "ncu" else "ncu command line"
+    ax.set_title(f"{ENV.gpu_name}: {tool} (cache none, clocks free) − CUPTI, per kernel")
     ax.legend(fontsize=7, loc="upper left")
     plt.tight_layout()
     counts = {name: list(times(t).kernels) for name, t in (("CUPTI", cupti["table"]), *ncu.items())}
-    nt.claim(
-        len({tuple(v) for v in counts.values()}) == 1,
-        "every measurement saw the same kernels per run",
-        str(counts),
-    )
+    same = len({tuple(v) for v in counts.values()}) == 1
+    nt.claim(same, "every measurement saw the same kernels per run", str(counts))
     big = SIDE.iloc[-1]
     apart = 100 * (big["all us"] / big["CUPTI us"] - 1)
     nt.claim(abs(apart) < 5, f"for {big.op} the two tools agree within 5 %", f"{apart:+.2f} %")
