@@ -76,7 +76,7 @@ def rk(tmp_path_factory):
 
 def h200_env(**changes) -> SimpleNamespace:
     env = dict(facts=gpu_facts.DeviceFacts(**H200_FACTS), datasheet=H200_SHEET, backend="ncu",
-               ncu_path="/usr/local/cuda/bin/ncu", gpu_name="NVIDIA H200", require=lambda need: None, clock=None)
+               ncu_path="/usr/local/cuda/bin/ncu", ncu_version=(2025, 3, 1, 0), gpu_name="NVIDIA H200", require=lambda need: None, clock=None)
     return SimpleNamespace(**{**env, **changes})
 
 
@@ -108,7 +108,7 @@ def test_one_visible_if_picks_the_tool_and_both_branches_get_the_same_settings()
     assert len(measuring) == 1 and measuring[0].count('if ENV.backend == "ncu":') == 1
     cell = flat(measuring[0])
     assert "nsight.analyze.kernel(configs=[CONFIG], **SETTINGS)(rk.counters)().to_dataframe()" in cell
-    assert 'say(nt.rules(source, cache_control="all", clock_control="none"))' in cell  # what nsight_table runs
+    assert 'RULES = nt.rules(source, cache_control="all", clock_control="none") say(RULES)' in cell  # nsight_table's
     assert 'SETTINGS = dict(runs=2, metrics=METRICS, combine_kernel_metrics=combine, thermal_mode="off")' in cell
     assert 'SETTINGS["verbosity"] = SILENT' in cell
 
@@ -766,25 +766,80 @@ def test_an_op_by_op_run_that_launched_other_kernels_fails_section_3_SYNTHETIC(t
     assert "op by op, the region's kernels and FLOPs" in failed(result, "3")
 
 
-def test_the_plot_shows_each_kernel_against_its_roof_with_labels_that_do_not_collide_SYNTHETIC(tmp_path, monkeypatch):
+def plotted(tmp_path, monkeypatch, tables: dict, backend: str = "ncu"):
+    """The figure section 6 shows, and the notebook's namespace."""
     import matplotlib.pyplot as plt
 
     shown = {}
     monkeypatch.setattr(plt, "savefig", lambda *a, **k: shown.setdefault("figure", plt.gcf()))
-    run_notebook(tmp_path, monkeypatch, h200_tables())
+    ns = run_notebook(tmp_path, monkeypatch, tables, backend)["ns"]
+    return shown["figure"], ns
+
+
+def points(ax) -> dict:
+    """{legend label: (marker, the line from the dot to its roof)} of the plot's numbered points."""
+    lines = [line for line in ax.lines if re.match(r"\d+: ", line.get_label())]
+    links = {line.get_label(): ax.lines[ax.lines.index(line) + 1] for line in lines}  # drawn right after its dot
+    return {line.get_label(): (line.get_marker(), links[line.get_label()]) for line in lines}
+
+
+def test_the_plot_shows_each_kernel_against_its_roof_with_labels_that_do_not_collide_SYNTHETIC(tmp_path, monkeypatch):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    ax = shown["figure"].axes[0]
+    figure, _ = plotted(tmp_path, monkeypatch, h200_tables())
+    ax = figure.axes[0]
     labels = [t for t in ax.texts if t.get_text().isdigit()]
-    assert [t.get_text() for t in labels] == [str(i) for i in range(1, len(labels) + 1)] and len(labels) == 11
-    renderer = FigureCanvasAgg(shown["figure"]).get_renderer()
+    assert [t.get_text() for t in labels] == [str(i) for i in range(1, len(labels) + 1)] and len(labels) == 13
+    renderer = FigureCanvasAgg(figure).get_renderer()
     boxes = [t.get_window_extent(renderer) for t in labels]
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     low, high = ax.get_xlim()
     assert 0.01 < low < 0.1 and 1e3 < high < 2e4  # fitted to the data (0.127 to about 1,300 FLOP per byte)
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert any("math attention, 16-bit: bmm" in t for t in legend) and not any(t.endswith("16-bit") for t in legend)
-    assert not any("roof matmul" in t for t in legend)
+    for op in ("math attention, fp32: 11 bmm", "math attention, fp32: 19 bmm", "math attention, 16-bit: 08 bmm"):
+        assert any(op in t for t in legend), op  # each operation the tables judge: a point of its own
+    assert not any(t.endswith("16-bit") for t in legend) and not any("roof matmul" in t for t in legend)
+
+
+def test_each_point_lies_as_far_from_the_dash_of_its_roof_as_the_tables_share_per_sm_cycle_SYNTHETIC(tmp_path, monkeypatch):
+    figure, ns = plotted(tmp_path, monkeypatch, h200_tables())
+    ax, limits = figure.axes[0], ns["LIMITS"]
+    assert ax.get_ylabel() == "FLOP per SM cycle" and ax.get_yscale() == "log"
+    for label, (_, link) in points(ax).items():
+        name, pct = re.fullmatch(r"\d+: (.+) \((\d+) % of the \w+ roof\)", label).groups()
+        dot, roof = link.get_ydata()
+        assert 100 * dot / roof == pytest.approx(limits.loc[name, "% of roof"]) and int(pct) == round(100 * dot / roof)
+        assert dot == pytest.approx(limits.loc[name, "F"] / (limits.loc[name, "us"] * limits.loc[name, "MHz"]))
+    for p in ns["PRECISIONS"]:  # a compute roof per cycle is one horizontal line, the clock-free FLOP per cycle
+        line = next(line for line in ax.lines if line.get_label().startswith(f"{p} roof: "))
+        assert list(line.get_ydata()) == pytest.approx([ns["PER_CYCLE"][p]] * 2)
+    compute = {label: link for label, (_, link) in points(ax).items() if "memory roof" not in label}
+    for label, link in compute.items():  # judged by a compute roof: its dash on that very line
+        p = re.search(r"of the (\w+) roof", label).group(1)
+        assert link.get_ydata()[1] == pytest.approx(ns["PER_CYCLE"][p])
+    assert len(compute) == 6
+
+
+def test_an_operation_above_its_roof_is_a_triangle_of_its_own_SYNTHETIC(tmp_path, monkeypatch):
+    name = "math attention, fp32: 19 bmm"
+    time = counters_table().query("Annotation == @name and Metric == @TIME").AvgValue.item()
+    figure, ns = plotted(tmp_path, monkeypatch, h200_tables(change={(name, TIME): 0.8 * time}))
+    assert ns["LIMITS"].loc[name, "verdict"] == "compute-bound, above its roof"
+    markers = {label.split(" (")[0].split(": ", 1)[1]: marker for label, (marker, _) in points(figure.axes[0]).items()}
+    assert markers[name] == "^" and markers["math attention, fp32: 11 bmm"] == "o"
+    assert sum(marker == "^" for marker in markers.values()) == 1
+
+
+@pytest.mark.parametrize("backend, memory", [("ncu", "Nsight Compute backend"), ("cupti", "CUPTI backend")])
+def test_the_plot_title_names_the_tool_and_rules_of_the_dots_and_of_the_memory_roof_SYNTHETIC(
+        tmp_path, monkeypatch, backend, memory):
+    figure, ns = plotted(tmp_path, monkeypatch, h200_tables(), backend)
+    title = figure.axes[0].get_title().replace("\n", " ")
+    dots = "nsight-python's Nsight Compute backend" if backend == "ncu" else "the ncu command line"
+    assert "NVIDIA H200, ncu 2025.3.1.0" in title and f"dots and compute roofs measured by {dots}" in title
+    assert "caches flushed before every pass" in title.split("memory roof")[0]
+    assert f"memory roof measured by nsight-python's {memory}" in title
+    assert ("caches as warm as the preceding work left them" in title) == (backend == "cupti")
 
 
 # --- the hand counts, against what PyTorch's eager ops read and write ----------------------------

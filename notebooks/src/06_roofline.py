@@ -175,7 +175,7 @@ import roofline_kernels as rk
 import torch
 from scipy import stats
 
-from nspy_tutorial import clock, gpu_facts, ncu_cli
+from nspy_tutorial import backend, clock, gpu_facts, ncu_cli
 from nspy_tutorial.display import say
 from nspy_tutorial.lessons import run_to_run_pct
 
@@ -474,7 +474,8 @@ with nt.section("2. Each kernel against its roof, at the clock it ran") as s:
             "roofline_kernels.py", rk.counters, ncu=ENV.ncu_path, configs=[CONFIG], **SETTINGS
         )
         source = "ncu-cli"
-    say(nt.rules(source, cache_control="all", clock_control="none"))
+    RULES = nt.rules(source, cache_control="all", clock_control="none")
+    say(RULES)
     MEASURED = wide(table)
     mats = MEASURED.loc[[f"{p} roof matmul" for p in PRECISIONS]].set_axis(PRECISIONS)
     per = pd.DataFrame({"TFLOP/s, sec. 1": pd.Series(roofs)[PRECISIONS], "MHz": mats[CLOCK] / 1e6})
@@ -598,8 +599,7 @@ with nt.section("4. Why not at a roof: the counters behind each verdict") as s:
     stalls = w[[STALL.format(r) for r in REASONS]].set_axis(REASONS, axis=1)
     top = stalls.idxmax(axis=1)
     diag = pd.DataFrame({"k cycles": w[TIME] * w[CLOCK] / 1e12, "SM%": w[SM_PCT]})
-    diag["DRAM%"] = w[DRAM_PCT]
-    diag["tensor%"], diag["occup.%"], diag["issue%"] = w[TENSOR], w[OCCUPANCY], w[ISSUE]
+    diag[["DRAM%", "tensor%", "occup.%", "issue%"]] = w[[DRAM_PCT, TENSOR, OCCUPANCY, ISSUE]].values
     diag["top stall"] = top + " " + stalls.max(axis=1).map("{:.1f}".format)
     print(diag.to_string(float_format=fmt))
     for name, r in rows.iterrows():
@@ -650,53 +650,61 @@ with nt.section("5. Flash vs math attention: three questions, fusion measured") 
 # %% [markdown]
 # ## 6. The roofline plot
 #
-# Log-log: arithmetic intensity across, FLOP/s up. Each point is a kernel as sections 2–4 judge
-# it: the single kernels, and the math paths *op by op* (their GEMMs and their safe softmax;
-# operations without FLOPs have no place on a log scale). Its colour is the roof it is judged by.
-# The short dash above each point marks that roof *at the clock the kernel ran*: the FLOP rate
-# `F / allowed time` the roofline allows it. The gap between point and dash is its % of roof.
-# The coloured lines are the roofs measured in section 2, at the clock their matmuls ran; the
-# thin grey lines the datasheet's. The legend names each numbered point with its % of roof. The
-# check: no kernel beats the hardware -- none above the datasheet's FLOP per cycle at its clock,
-# none above the device's own DRAM peak.
+# Log-log: arithmetic intensity (FLOP per DRAM byte) across, and up **FLOP per SM cycle**, a
+# kernel's FLOPs over the cycles it ran (its time × the SM clock it ran). Per cycle, each compute
+# roof is one horizontal line that no clock moves: section 2's FLOP per cycle of its roof matmul
+# (fp16's is dashed: it may lie on bf16's). The memory roof is not: DRAM keeps its own clock, so
+# per SM cycle a kernel's memory roof is section 2's bytes per DRAM cycle × its DRAM clock / its
+# SM clock, higher for a kernel the GPU ran slower. The shaded band is that roof from the fastest
+# to the slowest SM clock of the kernels plotted.
+#
+# Each point is a row sections 2–4 judge: the single kernels, and each operation of the math
+# paths on its own (those without FLOPs have no place on a log scale). Its colour is the roof it
+# is judged by (purple: the memory roof), and a thin line from it ends in a dash at that roof, at
+# the clocks the kernel ran: the gap between dot and dash is its % of roof in the tables. A
+# triangle is one above its roof by more than the run-to-run band. The thin grey lines are the
+# datasheet's FLOP per cycle; its bandwidth has no line here, as per SM cycle it would need a
+# clock (section 1 compares it in GB/s). The title says which tool measured the dots and which the
+# memory roof, under which rules. The check: no kernel beats the hardware -- none above the
+# datasheet's FLOP per cycle, none above the device's own DRAM peak.
 
 
 # %%
 with nt.section("6. The roofline plot") as s:
     ENV.require("profiler")
-    lim, sheet = nt.needs(LIMITS, section="2"), ENV.datasheet
-    pts = lim[(lim.F > 0) & (lim.side != "ops")].assign(moved=MEASURED[DRAM_BYTES])
-    pts.index = pts.index.str.replace(r": \d+ ", ": ", regex=True)  # QK^T and PV: one point
-    sums = pts.groupby(level=0, sort=False)[["F", "moved", "us", "allowed us"]].sum()
-    pts = sums.assign(roof=pts.roof.groupby(level=0).first(), AI=sums.F / sums.moved)
-    pts["y"], pts["roof y"] = 1e6 * pts.F / pts.us, 1e6 * pts.F / pts["allowed us"]  # FLOP/s
-    colors = {"fp16": "C0", "bf16": "C1", "fp32": "C2"}
-    TITLE = f"{ENV.gpu_name}: each kernel (dot), its roof at its clock (dash); grey: datasheet"
-    lo, hi = pts.AI.min() / 3, max(pts.AI.max(), lim.ridge.max()) * 3
-    ai = np.logspace(np.log10(lo), np.log10(hi), 200)
-    fig, ax = plt.subplots(figsize=(10, 5.5))
-    slope = sheet.mem_bandwidth_gbs.value * 1e9 * ai if sheet else None
-    for i, p in enumerate(PRECISIONS):
-        peak = PER_CYCLE[p] * MEASURED.loc[f"{p} roof matmul", CLOCK]
-        ax.plot(ai, np.minimum(peak, ROOFS["memory"] * 1e9 * ai), color=colors[p], lw=1.5)
-        at = peak * (1.1 if i % 2 == 0 else 0.75)  # fp16, bf16 roofs lie close: above, below
-        ax.text(1.3 * peak / (ROOFS["memory"] * 1e9), at, f"{p} roof", fontsize=8, color=colors[p])
-        if sheet:  # the datasheet's roof, thin and grey
-            ax.plot(ai, np.minimum(sheet.peak_tflops(p).value * 1e12, slope), color="0.7", lw=0.7)
+    pts = nt.needs(LIMITS, section="2").query("F > 0 and side != 'ops'").copy()  # each one judged
+    pts["y"], pts["roof y"] = pts.F / (pts.us * pts.MHz), pts.F / (pts["allowed us"] * pts.MHz)
+    pts["by"] = pts.roof.where(pts["roof y"] > 0.999 * pts.roof.map(PER_CYCLE), "memory")
+    per_sm = (pts.roof.map(PER_CYCLE) / pts.ridge).agg(["min", "max"])  # memory roof, B per cycle
+    colors = {"fp16": "C0", "bf16": "C1", "fp32": "C2", "memory": "C4"}
+    ai, top = np.geomspace(pts.AI.min() / 3, pts.AI.max() * 3), max(map(PER_CYCLE.get, PRECISIONS))
+    fig, ax = plt.subplots(figsize=(10, 9))
+    label = f"memory roof, {PER_CYCLE['memory']:,.0f} B per DRAM cycle, over the SM clocks"
+    label += " {:,.0f}-{:,.0f} MHz the kernels ran".format(*pts.MHz.agg(["min", "max"]))
+    band = np.minimum(top, np.outer(per_sm, ai))  # at the slowest and at the fastest SM clock
+    ax.fill_between(ai, *band, color=colors["memory"], alpha=0.3, lw=0, label=label)
+    for p, ls in zip(PRECISIONS, ["-", (0, (4, 4))] * 2):  # every second dashed: fp16 on bf16
+        y, label = PER_CYCLE[p], f"{p} roof: {PER_CYCLE[p]:,.0f} FLOP/cycle"
+        ax.plot([y / per_sm["max"], ai[-1]], [y, y], c=colors[p], ls=ls, label=label)
+    cap = [sheet_per_cycle(p) for p in PRECISIONS]  # the datasheet's, thin and grey
+    ax.hlines(cap, ai[0], ai[-1], color="0.6", lw=0.6, label=ENV.datasheet and "datasheet roofs")
     for i, (name, r) in enumerate(pts.iterrows(), 1):
-        ax.plot(r.AI, r["roof y"], "_", color=colors[r.roof], ms=14, mew=2)
-        label = f"{i}: {name} ({100 * r['allowed us'] / r.us:.0f} % of its roof)"
-        ax.plot(r.AI, r.y, "o", color=colors[r.roof], ms=6, label=label)
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(pts.y.min() / 3, pts.y.max() * 6))
-    ax.set(xlabel="arithmetic intensity (FLOP per DRAM byte)", ylabel="FLOP/s", title=TITLE)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+        label = f"{i}: {name} ({r['% of roof']:.0f} % of the {r.by} roof)"
+        ax.plot(r.AI, r.y, "^" if "above" in r.verdict else "o", color=colors[r.by], label=label)
+        ax.plot([r.AI] * 2, [r.y, r["roof y"]], "-_", c=colors[r.by], lw=0.8, ms=12, markevery=[1])
+    ax.set(xscale="log", yscale="log", xlim=(ai[0], ai[-1]), ylim=(pts.y.min() / 3, 2 * top))
+    ax.set(xlabel="arithmetic intensity (FLOP per DRAM byte)", ylabel="FLOP per SM cycle")
+    title = f"{ENV.gpu_name}, ncu {backend.version_text(ENV.ncu_version)}: each kernel (dot) "
+    title += "against the roof it is judged by (dash), per SM cycle\ndots and compute roofs "
+    ax.set_title(f"{title}{RULES}\nmemory roof {nt.rules(ENV.backend)}", size=8)
+    ax.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.1))
     fig.tight_layout()
-    dashes = [(x * f, y) for x, y in zip(pts.AI, pts["roof y"]) for f in (0.83, 1, 1.2)]
-    marks = list(zip(pts.AI, pts.y)) + dashes
+    ends = [(x * f, y) for x, y in zip(pts.AI, pts["roof y"]) for f in (0.87, 1, 1.15)]  # a dash
+    marks = [*zip(pts.AI, pts.y), *ends, *((x, PER_CYCLE[p]) for p in PRECISIONS for x in ai)]
     for i, (x, y, xy) in enumerate(zip(pts.AI, pts.y, nt.label_offsets(ax, marks, len(pts))), 1):
         ax.annotate(str(i), (x, y), textcoords="offset pixels", xytext=xy, ha="center", fontsize=8)
     plt.show()
-    one = lim[lim.side != "ops"]  # FLOP per cycle over the datasheet's, GB/s over the device's
+    one = LIMITS[LIMITS.side != "ops"]  # FLOP/cycle over the datasheet's, GB/s over the device's
     over = one.F / one.us / one.MHz > one.roof.map(sheet_per_cycle)
     over |= MEASURED.loc[one.index, DRAM_BYTES] / one.us / 1e3 > ROOFS["device"]
     nt.claim(not over.any(), "no kernel beats the hardware's peaks", ", ".join(over[over].index))
