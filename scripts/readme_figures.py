@@ -61,9 +61,9 @@ class Figure:
 
 FIGURES = (
     Figure("roofline.png", "06", "plot",
-           "Each kernel and Transformer operation (math attention op by op) at its measured arithmetic intensity, "
-           "in the colour of the roof it is judged against, with a dash at that roof at the clock the kernel ran; "
-           "this GPU's measured roofs, and the datasheet's in thin grey."),
+           "Each kernel and operation the tables judge, in FLOP per SM cycle against the roof it is judged by: "
+           "compute roofs as clock-free lines, the memory roof as a band over the SM clocks the kernels ran, a dash "
+           "at each one's roof; triangles above their roof; the datasheet's per-cycle roofs in thin grey."),
     Figure("timeline.png", "07", "plot",
            "Timelines of GELU by hand, eager and compiled, on a small and a large input: the CPU's CUDA calls on "
            "one lane, the GPU's kernels on the other, each range's GPU busy % in its title, drawn by Nsight Systems "

@@ -22,6 +22,7 @@
 # | compute-bound | FLOP rate at least `BOUND_AT` % of its compute roof at the clock it ran | change precision (a faster roof), or cut FLOPs |
 # | memory-bound | DRAM bytes per second at least `BOUND_AT` % of the memory roof | cut bytes: fuse with its neighbours, smaller types |
 # | …, at the roof | within the run-to-run band of its roof | as fast as the roof's own kernel: change the work, not the kernel |
+# | …, above its roof | faster than its roof by more than the band: a measured roof is one kernel's rate (the roof matmul's), not the hardware's ceiling; this kernel found a faster way | as at the roof; the datasheet's per-cycle rate is the ceiling left |
 # | neither | below `BOUND_AT` % of both: latency, instruction issue or synchronisation sets its time | the counters say which: raise occupancy, overlap, cut instructions, or a kernel made for this GPU's tensor cores |
 # | … or neither | within the band of the `BOUND_AT` line: another run could move it across | measure again before acting on it |
 # | bound on the ridge | its intensity within a factor `RIDGE` of the ridge point: the side is not decided | either remedy |
