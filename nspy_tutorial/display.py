@@ -98,7 +98,7 @@ _CLOCK = {"none": "clocks free to boost", "base": "clocks locked to base"}
 def rules(source: str | None, cache_control: str | None = None, clock_control: str | None = None) -> str:
     """The caption saying which tool measured (``ncu``, ``cupti``, ``ncu-cli``) under which cache and clock rules,
     wrapped to lines a reader can read (at most :data:`READABLE` characters)."""
-    return textwrap.fill(_rules(source, cache_control, clock_control), READABLE - 2, break_on_hyphens=False)
+    return textwrap.fill(_rules(source, cache_control, clock_control), READABLE - 12, break_on_hyphens=False)  # room for a label
 
 
 def _rules(source: str | None, cache_control: str | None, clock_control: str | None) -> str:

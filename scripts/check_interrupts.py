@@ -105,18 +105,19 @@ class Samples:
 
 
 def idle_level(samples: Samples, start: float, end: float) -> dict:
-    """The idle window's highest sample, and the threshold a sample must not exceed to count as idle."""
+    """The idle window's lowest sample (where a free GPU settles: it lingers at its boost clock about 2 s after
+    work, as right after a run of the series), and the threshold a sample must not exceed to count as idle."""
     window = samples.between(start, end)
     if not window:
         raise RuntimeError("nvidia-smi gave no SM clock sample while the GPU idled")
-    return {"idle_mhz": max(window), "lowest_mhz": min(window), "threshold_mhz": max(window) + IDLE_MARGIN_MHZ,
+    return {"idle_mhz": min(window), "highest_mhz": max(window), "threshold_mhz": min(window) + IDLE_MARGIN_MHZ,
             "samples": len(window)}
 
 
 def already_held(idle: dict, max_mhz: int | None) -> bool:
     """The GPU idles above 60 % of its maximum clock before anything ran: a lock is there already (a fresh H200
     idles at 345 of 1,980 MHz; a locked one at 1,500)."""
-    return bool(max_mhz) and idle["lowest_mhz"] > 0.6 * max_mhz
+    return bool(max_mhz) and idle["idle_mhz"] > 0.6 * max_mhz
 
 
 def held_after(samples: Samples, after: float, threshold: float) -> bool:

@@ -51,9 +51,15 @@ def test_a_line_of_nvidia_smi_gives_the_sm_clock():
     assert s.rows == [(1.5, 345)]
 
 
-def test_the_idle_level_is_the_idle_windows_highest_sample_and_a_margin():
+def test_the_idle_level_is_the_idle_windows_lowest_sample_and_a_margin():
     idle = check.idle_level(samples((0.0, 1980), (1.0, 345), (2.0, 360), (3.0, 345), (9.0, 1500)), 0.5, 3.5)
-    assert idle == {"idle_mhz": 360, "lowest_mhz": 345, "threshold_mhz": 360 + check.IDLE_MARGIN_MHZ, "samples": 3}
+    assert idle == {"idle_mhz": 345, "highest_mhz": 360, "threshold_mhz": 345 + check.IDLE_MARGIN_MHZ, "samples": 3}
+
+
+def test_a_boost_clock_that_lingers_after_work_does_not_raise_the_idle_level():
+    # the GPU check's second run began right after the series: 1,980 MHz for 0.8 s, then 390, 360, 345
+    idle = check.idle_level(samples((0.0, 1980), (0.6, 1980), (0.8, 390), (1.0, 360), (1.2, 345)), 0.5, 3.5)
+    assert idle["idle_mhz"] == 345 and idle["threshold_mhz"] == 545
     with pytest.raises(RuntimeError, match="no SM clock sample"):
         check.idle_level(samples(), 0, 3)
 

@@ -2,7 +2,13 @@
 
 import pytest
 
-from nspy_tutorial.display import rules
+from nspy_tutorial.display import READABLE
+from nspy_tutorial.display import rules as wrapped
+
+
+def rules(*args, **kwargs) -> str:
+    """The caption as one line (it prints wrapped: where it breaks is not what these tests are about)."""
+    return " ".join(wrapped(*args, **kwargs).split())
 
 
 def test_cupti_says_one_execution_warm_caches_and_durations_only():
@@ -32,3 +38,8 @@ def test_explicit_controls_override_the_tool_defaults():
 def test_an_unknown_source_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown source 'nsys'"):
         rules("nsys")
+
+
+def test_the_caption_prints_in_lines_a_reader_can_read_with_room_for_a_label():
+    text = wrapped("ncu-cli", cache_control="none", clock_control="none")
+    assert len(text.splitlines()) > 1 and all(len(line) <= READABLE - 10 for line in text.splitlines())
