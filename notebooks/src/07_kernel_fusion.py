@@ -623,6 +623,10 @@ with nt.section("4. How close to the bandwidth roof is the fused kernel?") as s:
 # but not why one kernel is slow; Nsight Compute shows *why one kernel is slow* (its counters,
 # sections 1-4) but nothing between kernels. Start with the timeline, then open the kernel
 # that matters.
+#
+# `per_range` below turns a timeline into that per-range table. Its cell is marked `# @save`: the
+# package keeps it word for word (`nspy_tutorial.lessons`), and notebook 11 applies it to your own
+# function's calls.
 
 
 # %%
